@@ -1,0 +1,139 @@
+"""Mixture-of-experts math on dequantized fp32 weights: routing, activations, the MoE layer.
+
+Shapes: ``x [T, H]``; ``w13 [E, F·I, H]`` with ``F = 2`` for gated activations, rows in the
+order named by :class:`GateUpOrder`; ``w2 [E, H, I]``; routing ``weights, ids [T, k]``.
+Every matmul goes through :func:`reference.linear.exact_matmul`, so zero padding along I or H
+leaves the output bit-identical.
+"""
+
+from __future__ import annotations
+
+import enum
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import torch
+
+from reference.errors import ShapeContractError, require
+from reference.linear import exact_matmul
+
+
+class GateUpOrder(enum.Enum):
+    """Which half of the fused FC1 rows the activation is applied to."""
+
+    GATE_UP = "gate_up"  # [gate; up]: vLLM canonical, VLLM_CUTLASS, Marlin, AITER
+    UP_GATE = "up_gate"  # [up; gate]: FlashInfer trtllm-gen and cutlass_fused_moe
+
+
+class ActivationKind(enum.Enum):
+    SWIGLU = "swiglu"  # silu(gate) · up
+    GEGLU = "geglu"  # gelu_tanh(gate) · up (Gemma-4)
+    SWIGLU_OAI = "swiglu_oai"  # gpt-oss: clamped, (up + beta) · gate · sigmoid(alpha · gate)
+    RELU2 = "relu2"  # non-gated relu(x)^2 (Nemotron-3-Nano)
+
+
+@dataclass(frozen=True)
+class Activation:
+    """An MoE activation; ``alpha``, ``beta`` and ``limit`` are used by SWIGLU_OAI only."""
+
+    kind: ActivationKind
+    alpha: float = 1.702
+    beta: float = 1.0
+    limit: float | None = 7.0
+
+    @property
+    def gated(self) -> bool:
+        return self.kind is not ActivationKind.RELU2
+
+    def __str__(self) -> str:
+        if self.kind is ActivationKind.SWIGLU_OAI:
+            return f"swiglu_oai(alpha={self.alpha}, beta={self.beta}, limit={self.limit})"
+        return self.kind.value
+
+
+def split_gate_up(h: torch.Tensor, order: GateUpOrder) -> tuple[torch.Tensor, torch.Tensor]:
+    """Split fused FC1 outputs ``[..., 2I]`` into ``(gate, up)`` according to ``order``."""
+    require(h.shape[-1] % 2 == 0, f"gated FC1 output width {h.shape[-1]} must be even")
+    first, second = h.chunk(2, dim=-1)
+    return (first, second) if order is GateUpOrder.GATE_UP else (second, first)
+
+
+def activate(h: torch.Tensor, act: Activation, order: GateUpOrder) -> torch.Tensor:
+    """Apply ``act`` to FC1 outputs ``h [..., F·I]``; returns ``[..., I]`` (fp32).
+
+    Every activation maps a zero gate/up pair to exactly 0, which is what makes zero padding of
+    FC1 rows invisible downstream.
+    """
+    if act.kind is ActivationKind.RELU2:
+        return torch.relu(h).square()
+    gate, up = split_gate_up(h, order)
+    if act.kind is ActivationKind.SWIGLU:
+        return torch.nn.functional.silu(gate) * up
+    if act.kind is ActivationKind.GEGLU:
+        return torch.nn.functional.gelu(gate, approximate="tanh") * up
+    if act.kind is ActivationKind.SWIGLU_OAI:
+        if act.limit is not None:
+            gate = gate.clamp(max=act.limit)
+            up = up.clamp(-act.limit, act.limit)
+        return (up + act.beta) * (gate * torch.sigmoid(act.alpha * gate))
+    raise ShapeContractError(f"unknown activation {act!r}")
+
+
+def route(logits: torch.Tensor, top_k: int, renormalize: bool = True) -> tuple[torch.Tensor, torch.Tensor]:
+    """Softmax (fp32) over experts, top-k, optional renormalisation to sum 1.
+
+    ``logits [T, E]`` -> ``(weights [T, k] fp32, ids [T, k] int64)``.
+    """
+    require(logits.dim() == 2, f"route: logits must be [T, E], got {tuple(logits.shape)}")
+    require(0 < top_k <= logits.shape[1], f"route: top_k = {top_k} must be in 1..{logits.shape[1]}")
+    probs = torch.softmax(logits.float(), dim=-1)
+    weights, ids = probs.topk(top_k, dim=-1)
+    if renormalize:
+        weights = weights / weights.sum(-1, keepdim=True)
+    return weights, ids
+
+
+def moe_reference(
+    x: torch.Tensor,
+    w13: torch.Tensor,
+    w2: torch.Tensor,
+    weights: torch.Tensor,
+    ids: torch.Tensor,
+    act: Activation,
+    order: GateUpOrder,
+    w13_bias: torch.Tensor | None = None,
+    w2_bias: torch.Tensor | None = None,
+    requantize: Callable[[torch.Tensor], torch.Tensor] | None = None,
+) -> torch.Tensor:
+    """``out[t] = Σ_j weights[t, j] · (act(x[t] W13[e]^T + b13[e]) W2[e]^T + b2[e])``, ``e = ids[t, j]``.
+
+    ``requantize`` (optional) maps the activated intermediate ``[n, I]`` to what the kernel feeds
+    its second GEMM (for example an NVFP4 quantize-dequantize). Top-k slots are accumulated in
+    order ``j = 0..k-1``, so the result is deterministic. Returns fp32 ``[T, H]``.
+    """
+    e, rows, h = w13.shape
+    f = 2 if act.gated else 1
+    require(x.dim() == 2 and x.shape[1] == h, f"moe: x {tuple(x.shape)} does not match w13 hidden size {h}")
+    require(rows % f == 0, f"moe: w13 has {rows} rows, not a multiple of {f} for {act}")
+    inter = rows // f
+    require(
+        tuple(w2.shape) == (e, h, inter),
+        f"moe: w2 {tuple(w2.shape)} must be [E, H, I] = [{e}, {h}, {inter}] to match w13 {tuple(w13.shape)}",
+    )
+    require(weights.shape == ids.shape and ids.shape[0] == x.shape[0], "moe: routing weights/ids must be [T, k]")
+    require(bool(((ids >= 0) & (ids < e)).all()), f"moe: expert ids must lie in 0..{e - 1}")
+    out = torch.zeros(x.shape, dtype=torch.float32, device=x.device)
+    for j in range(ids.shape[1]):
+        for expert in ids[:, j].unique().tolist():
+            tok = (ids[:, j] == expert).nonzero().flatten()
+            hid = exact_matmul(x[tok], w13[expert])
+            if w13_bias is not None:
+                hid = hid + w13_bias[expert]
+            a = activate(hid, act, order)
+            if requantize is not None:
+                a = requantize(a)
+            y = exact_matmul(a, w2[expert])
+            if w2_bias is not None:
+                y = y + w2_bias[expert]
+            out[tok] += weights[tok, j, None] * y
+    return out

@@ -1,0 +1,48 @@
+"""Rank-local size arithmetic: rounding, tensor-parallel splits and group integrity.
+
+Symbols follow ``../shared/docs/vllm-logic.md``: ``I`` is an intermediate size, ``tp`` the
+tensor-parallel degree, ``g`` the quantization group (16 for NVFP4, 32 for MXFP4).
+"""
+
+from __future__ import annotations
+
+from reference.errors import ShapeContractError, require
+
+
+def round_up(x: int, multiple: int) -> int:
+    """``ru(x, m)``: the smallest multiple of ``multiple`` that is ``>= x``."""
+    require(multiple > 0, f"round_up: multiple must be positive, got {multiple}")
+    return -(-x // multiple) * multiple
+
+
+def even_split(size: int, tp: int, group: int) -> int:
+    """Rank-local size of an even tensor-parallel split, as NVFP4 ModelOpt loaders shard.
+
+    Returns ``size / tp``. Raises :class:`ShapeContractError` when ``tp`` does not divide
+    ``size`` or when the rank-local size cuts a quantization group (``(size/tp) % group != 0``):
+    rank ``r`` then starts at ``r·size/tp``, inside a group, and no padding can repair the
+    misaligned block scales (``vllm-logic.md`` §15).
+    """
+    require(tp >= 1, f"tensor-parallel degree must be >= 1, got {tp}")
+    part, rem = divmod(size, tp)
+    if rem:
+        raise ShapeContractError(f"size {size} is not divisible by tensor-parallel degree {tp}")
+    if part % group:
+        raise ShapeContractError(
+            f"TP={tp} splits size {size} into {part} per rank, which cuts a {group}-element "
+            f"quantization group ({part} % {group} = {part % group}); padding cannot repair a "
+            "group straddle: refuse this TP degree or shard in whole groups"
+        )
+    return part
+
+
+def whole_block_split(size: int, tp: int, group: int) -> tuple[int, ...]:
+    """Real channels per rank when a loader shards in whole ``group``-element blocks.
+
+    The gpt-oss loader gives every rank ``cdiv(size/group, tp)·group`` channels, and the last
+    ranks hold what remains (possibly fewer, possibly zero); ``size % group == 0`` is required.
+    Returns the real channel count of each rank, ``sum == size``.
+    """
+    require(size % group == 0, f"size {size} is not a whole number of {group}-element blocks")
+    per_rank = -(-(size // group) // tp) * group
+    return tuple(max(0, min(per_rank, size - r * per_rank)) for r in range(tp))
