@@ -16,4 +16,3 @@ def require(condition: bool, message: str) -> None:
     """Raise :class:`ShapeContractError` with ``message`` unless ``condition`` holds."""
     if not condition:
         raise ShapeContractError(message)
-

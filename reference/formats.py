@@ -269,9 +269,7 @@ def nvfp4_global_scale(x: torch.Tensor, convention: GlobalScale) -> torch.Tensor
     return encode if convention is GlobalScale.ENCODE else 1 / encode
 
 
-def nvfp4_quantize(
-    x: torch.Tensor, global_scale: torch.Tensor | float, convention: GlobalScale
-) -> Quantized:
+def nvfp4_quantize(x: torch.Tensor, global_scale: torch.Tensor | float, convention: GlobalScale) -> Quantized:
     """NVFP4-quantize ``x [..., K]`` (``K % 16 == 0``) with a per-tensor global scale.
 
     With the encode multiplier ``gs`` (``convention`` converts a decode scale to it):

@@ -176,11 +176,7 @@ def sm90_mixed_gemm_scale_interleave(scales: torch.Tensor) -> torch.Tensor:
 def sm90_mixed_gemm_scale_deinterleave(interleaved: torch.Tensor) -> torch.Tensor:
     """Inverse of :func:`sm90_mixed_gemm_scale_interleave`: back to ``[E, rows, K/32]``."""
     e, rb, kb = interleaved.shape[:3]
-    return (
-        interleaved.reshape(e, rb, kb, 16, 4, 4)
-        .permute(0, 1, 4, 3, 2, 5)
-        .reshape(e, rb * 64, kb * 4)
-    )
+    return interleaved.reshape(e, rb, kb, 16, 4, 4).permute(0, 1, 4, 3, 2, 5).reshape(e, rb * 64, kb * 4)
 
 
 def vllm_sm90_scale_interleave(scales: torch.Tensor) -> torch.Tensor:

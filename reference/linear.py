@@ -18,7 +18,10 @@ def exact_matmul(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
 
     Padding K with zeros in both operands (or in either) gives a bit-identical result.
     """
-    require(a.dim() == 2 and b.dim() == 2, f"exact_matmul: expected 2-D operands, got {tuple(a.shape)} and {tuple(b.shape)}")
+    require(
+        a.dim() == 2 and b.dim() == 2,
+        f"exact_matmul: expected 2-D operands, got {tuple(a.shape)} and {tuple(b.shape)}",
+    )
     require(
         a.shape[1] == b.shape[1],
         f"exact_matmul: reduction sizes differ: activations K = {a.shape[1]}, weights K = {b.shape[1]}",

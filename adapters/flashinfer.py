@@ -1,0 +1,218 @@
+"""Calls into the real FlashInfer (flashinfer-python 0.7.4) code: layout helpers and kernels.
+
+Nothing here re-types FlashInfer: the row-index helpers, gated reorder, SM90 scale interleave
+and ``pad_trtllm_moe_weights`` are FlashInfer's own pure-torch functions and run on CPU; the
+128x4 ``block_scale_interleave`` and the host dequant ops live in the CUDA JIT module
+``fp4_quantization_{arch}`` and run where a CUDA GPU is present.
+
+A missing library raises :class:`LibraryUnavailable` (the plugin turns it into a skip naming
+what is missing); an assertion inside FlashInfer is re-raised as ``AssertionError`` that names
+the helper, the shape and FlashInfer's own message.
+"""
+
+from __future__ import annotations
+
+import functools
+import importlib
+import warnings
+from collections.abc import Callable
+from types import ModuleType
+
+import torch
+
+from reference.layouts import TRTLLM_EPILOGUE_TILE_M
+
+
+class LibraryUnavailable(RuntimeError):
+    """A library (or the hardware one of its kernels needs) is not present."""
+
+
+@functools.cache
+def _import(module: str) -> ModuleType:
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            return importlib.import_module(module)
+    except Exception as exc:
+        raise LibraryUnavailable(
+            f"flashinfer-python is not importable ({type(exc).__name__}: {exc}); "
+            "install the 'nvidia' extra: pip install 'fp4-conformance[nvidia]'"
+        ) from exc
+
+
+def flashinfer_version() -> str:
+    return _import("flashinfer").__version__
+
+
+def _call(helper: str, fn: Callable[[], torch.Tensor], what: str) -> torch.Tensor:
+    try:
+        return fn()
+    except AssertionError as exc:
+        raise AssertionError(f"FlashInfer {helper} rejected {what}: {exc}") from exc
+
+
+def fc1_permutation(rows: int, gated: bool, scales: bool, cols: int = 8) -> torch.Tensor:
+    """FC1 row indices from FlashInfer's ``_maybe_get_cached_w3_w1_permute_indices``.
+
+    ``scales`` selects the scale variant (``num_elts_per_sf=16``), which asserts ``rows % 128``.
+    """
+    core = _import("flashinfer.fused_moe.core")
+    probe = torch.zeros(rows, cols, dtype=torch.uint8)
+    return _call(
+        "_maybe_get_cached_w3_w1_permute_indices",
+        lambda: core._maybe_get_cached_w3_w1_permute_indices(
+            {}, probe, TRTLLM_EPILOGUE_TILE_M, num_elts_per_sf=16 if scales else None, is_gated_act_gemm=gated
+        ),
+        f"FC1 {'scales' if scales else 'weights'} with {rows} rows (gated={gated})",
+    )
+
+
+def fc2_permutation(rows: int, scales: bool, cols: int = 8) -> torch.Tensor:
+    """FC2 row indices from FlashInfer's ``get_w2_permute_indices_with_cache``."""
+    core = _import("flashinfer.fused_moe.core")
+    probe = torch.zeros(rows, cols, dtype=torch.uint8)
+    return _call(
+        "get_w2_permute_indices_with_cache",
+        lambda: core.get_w2_permute_indices_with_cache(
+            {}, probe, TRTLLM_EPILOGUE_TILE_M, num_elts_per_sf=16 if scales else None
+        ),
+        f"FC2 {'scales' if scales else 'weights'} with {rows} rows",
+    )
+
+
+def row_shuffle(rows: int, epilogue_tile_m: int = TRTLLM_EPILOGUE_TILE_M) -> torch.Tensor:
+    """``flashinfer.utils.get_shuffle_matrix_a_row_indices`` for a ``[rows, 8]`` uint8 probe."""
+    utils = _import("flashinfer.utils")
+    probe = torch.zeros(rows, 8, dtype=torch.uint8)
+    return _call(
+        "get_shuffle_matrix_a_row_indices",
+        lambda: utils.get_shuffle_matrix_a_row_indices(probe, epilogue_tile_m),
+        f"{rows} rows",
+    )
+
+
+def scale_row_shuffle(rows: int, epilogue_tile_m: int = TRTLLM_EPILOGUE_TILE_M) -> torch.Tensor:
+    """``flashinfer.utils.get_shuffle_matrix_sf_a_row_indices`` (the ``M % 128`` assert)."""
+    utils = _import("flashinfer.utils")
+    probe = torch.zeros(rows, 8, dtype=torch.uint8)
+    return _call(
+        "get_shuffle_matrix_sf_a_row_indices",
+        lambda: utils.get_shuffle_matrix_sf_a_row_indices(probe, epilogue_tile_m, 16),
+        f"scales with {rows} rows",
+    )
+
+
+def gated_reorder(rows: int) -> torch.Tensor:
+    """``get_reorder_rows_for_gated_act_gemm_row_indices`` for ``rows`` rows."""
+    core = _import("flashinfer.fused_moe.core")
+    probe = torch.zeros(rows, 8, dtype=torch.uint8)
+    return _call(
+        "get_reorder_rows_for_gated_act_gemm_row_indices",
+        lambda: core.get_reorder_rows_for_gated_act_gemm_row_indices(probe),
+        f"{rows} rows",
+    )
+
+
+def sm90_scale_interleave(scales: torch.Tensor) -> torch.Tensor:
+    """``flashinfer.fused_moe.prepare.interleave_moe_scales_for_sm90_mixed_gemm`` (pure torch)."""
+    prepare = _import("flashinfer.fused_moe.prepare")
+    return prepare.interleave_moe_scales_for_sm90_mixed_gemm(scales, group_size=32)
+
+
+def cuda_capability() -> tuple[int, int] | None:
+    return torch.cuda.get_device_capability() if torch.cuda.is_available() else None
+
+
+def block_scale_interleave(scales: torch.Tensor) -> torch.Tensor:
+    """FlashInfer's CUDA 128x4 ``block_scale_interleave`` on a GPU; returns the flat buffer on CPU.
+
+    Raises :class:`LibraryUnavailable` without a CUDA GPU (the op is a JIT-built CUDA kernel).
+    """
+    if cuda_capability() is None:
+        raise LibraryUnavailable("block_scale_interleave is a CUDA kernel: needs an NVIDIA GPU (sm_75+)")
+    quant = _import("flashinfer.quantization.fp4_quantization")
+    return quant.block_scale_interleave(scales.cuda().contiguous()).cpu()
+
+
+def e2m1_and_ufp8sf_scale_to_float(
+    packed: torch.Tensor, scales: torch.Tensor, global_decode: float, sf_vec_size: int, ue8m0: bool
+) -> torch.Tensor:
+    """FlashInfer's C++ host dequant (``E2M1AndUFP8SFScaleToFloatV2``), linear scale layout.
+
+    Computes ``e2m1 · (sf · global)``; UE8M0 bytes decode as fp32 bits ``b << 23``. The wrapper
+    queries ``cuda:0`` for its module's architecture, so this needs a CUDA GPU.
+    """
+    if cuda_capability() is None:
+        raise LibraryUnavailable("FlashInfer's host dequant wrapper queries cuda:0: needs an NVIDIA GPU")
+    quant = _import("flashinfer.quantization.fp4_quantization")
+    g = torch.tensor([global_decode], dtype=torch.float32)
+    return quant.e2m1_and_ufp8sf_scale_to_float(
+        packed.cpu(),
+        scales.cpu().reshape(-1),
+        g,
+        sf_vec_size=sf_vec_size,
+        ufp8_type=0 if ue8m0 else 1,
+        is_sf_swizzled_layout=False,
+    )
+
+
+def mxfp4_dequantize_host(packed: torch.Tensor, scales: torch.Tensor) -> torch.Tensor:
+    """FlashInfer's ``mxfp4_dequantize_host`` (CPU op, linear ``[n, k/32]`` scales; needs a GPU to load)."""
+    if cuda_capability() is None:
+        raise LibraryUnavailable(
+            "FlashInfer's mxfp4_dequantize_host wrapper queries cuda:0: needs an NVIDIA GPU"
+        )
+    quant = _import("flashinfer.quantization.fp4_quantization")
+    return quant.mxfp4_dequantize_host(packed.cpu().contiguous(), scales.cpu().contiguous(), 32)
+
+
+def nvfp4_moe_violations(backend: str, intermediate: int, hidden: int, gated: bool) -> list[str]:
+    """Why FlashInfer ``backend`` would reject NVFP4 expert weights of padded sizes ``(Ip, Hp)``.
+
+    ``flashinfer-trtllm``: FlashInfer's own weight and scale row-index helpers must accept FC1
+    (``F·Ip`` rows) and FC2 (``Hp`` rows); the 128x4-swizzled scales must have exactly the linear
+    numel, because the prep views them back as ``[rows, K/16]`` (``Ip % 64`` and ``Hp % 64``);
+    and FlashInfer 0.7.4 documents that NVFP4 hidden sizes must be multiples of 256.
+    ``flashinfer-cutlass``: the 128x4 swizzle of the FC1 scales must add no rows (vLLM raises
+    for gated layers and would have to pad non-gated ones), ``Ip % 16`` and ``Hp % 64``
+    (``prepare_cutlass_nvfp4_weights``). Returns an empty list when every rule holds.
+    """
+    from reference.sizes import round_up
+
+    f = 2 if gated else 1
+    rows = f * intermediate
+    problems: list[str] = []
+    if backend == "flashinfer-trtllm":
+        for label, call in (
+            ("FC1 weights", lambda: fc1_permutation(rows, gated, scales=False)),
+            ("FC1 scales", lambda: fc1_permutation(rows, gated, scales=True)),
+            ("FC2 weights", lambda: fc2_permutation(hidden, scales=False)),
+            ("FC2 scales", lambda: fc2_permutation(hidden, scales=True)),
+        ):
+            try:
+                call()
+            except AssertionError as exc:
+                problems.append(f"{label}: {exc}")
+        for label, m, kc in (("FC1", rows, hidden // 16), ("FC2", hidden, intermediate // 16)):
+            swizzled = round_up(m, 128) * round_up(kc, 4)
+            if swizzled != m * kc:
+                problems.append(
+                    f"{label} scales: the 128x4-swizzled buffer holds {swizzled} bytes but is viewed back as "
+                    f"[{m}, {kc}] = {m * kc} bytes (needs rows % 128 and K/16 % 4)"
+                )
+        if hidden % 256:
+            problems.append(
+                f"hidden size {hidden} is not a multiple of 256 (FlashInfer 0.7.4: 128 gives wrong results)"
+            )
+    elif backend == "flashinfer-cutlass":
+        if round_up(rows, 128) != rows:
+            problems.append(
+                f"the 128x4 scale swizzle pads FC1 from {rows} to {round_up(rows, 128)} rows (gated={gated})"
+            )
+        if intermediate % 16:
+            problems.append(f"intermediate size {intermediate} is not a multiple of 16")
+        if hidden % 64:
+            problems.append(f"hidden size {hidden} is not a multiple of 64 (linear input-scale row stride)")
+    else:
+        raise ValueError(f"unknown NVFP4 MoE backend {backend!r}")
+    return problems

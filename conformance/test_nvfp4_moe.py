@@ -1,0 +1,251 @@
+"""Contract ``nvfp4_moe``: NVFP4 MoE weight alignment for FlashInfer (the Gemma-4 class of bugs).
+
+For every MoE shape a catalogued model produces at any TP degree (and adversarial ones), the
+policy under test pads one rank's NVFP4 expert weights so that FlashInfer's preparation accepts
+them, and the padding leaves the layer's output unchanged. Each property is a ``check_*``
+function run through :func:`harness.repro.run_check`, so any failure prints a one-line
+reproduction. Pinned regressions (``@example``): Gemma-4-26B-A4B at TP=4 (vLLM #46879, the
+``M % 128`` assert) and TP=2 (vLLM #55649, silent gate/up mispairing), GLM-4.5-Air TP=8,
+Mellum2 TP=4, Qwen3-30B-A3B TP=8 and Nemotron-3-Nano TP=1/2 (non-gated).
+"""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from hypothesis import event, example, given
+
+from adapters import flashinfer as fi
+from harness.repro import check, run_check
+from reference.formats import NVFP4_BLOCK, GlobalScale, nvfp4_dequantize, nvfp4_quantize
+from reference.layouts import inverse_permutation, swizzle_128x4, unswizzle_128x4
+from reference.moe import GateUpOrder, moe_reference, route
+from reference.padding import pad_dim
+from strategies.moe import MoeShape, moe_shapes, pinned_shape
+from strategies.tensors import dequantize_moe, nvfp4_moe_case, real_channels
+from subjects.nvfp4_moe import CONTRACT, AlignedNvfp4Moe, MoeBackend, Nvfp4MoeAlignment, UnsupportedConfig
+
+pytestmark = [pytest.mark.contract(CONTRACT), pytest.mark.flashinfer]
+
+INTERMEDIATE_DECODE = 2.0**-3
+"""Fixed decode global scale of the re-quantized intermediate (a calibrated constant in a real model)."""
+
+REGRESSIONS = (
+    pinned_shape("gemma-4-26b-a4b", 4),  # vLLM #46879 / FlashInfer #3206: rows 352
+    pinned_shape("gemma-4-26b-a4b", 2),  # vLLM #55649: 352 -> 384 end-padded
+    pinned_shape("glm-4.5-air", 8),  # I = 176, rows 352
+    pinned_shape("mellum2-12b-a2.5b", 4),  # I = 224, rows 448
+    pinned_shape("qwen3-30b-a3b", 8),  # I = 96, rows 192
+    pinned_shape("nemotron-3-nano-30b-a3b", 1),  # non-gated I = 1856 (FlashInfer #4653)
+    pinned_shape("nemotron-3-nano-30b-a3b", 2),  # non-gated I = 928
+)
+
+
+def pinned(test):
+    """Apply every pinned regression shape as an ``@example``."""
+    for shape in REGRESSIONS:
+        test = example(shape=shape)(test)
+    return test
+
+
+def align(shape: MoeShape, backend: MoeBackend, policy: Nvfp4MoeAlignment) -> tuple[AlignedNvfp4Moe, object]:
+    case = nvfp4_moe_case(shape)
+    try:
+        aligned = policy.align_nvfp4_moe(backend, case.weights, shape.gated)
+    except UnsupportedConfig as exc:
+        raise AssertionError(
+            f"policy refused a shape real models produce ({shape.describe()}): {exc}"
+        ) from exc
+    event(f"I {shape.intermediate} -> {aligned.intermediate_size}, H {shape.hidden} -> {aligned.hidden_size}")
+    return aligned, case
+
+
+@check(CONTRACT, MoeShape)
+def check_flashinfer_accepts(shape: MoeShape, backend: MoeBackend, policy: Nvfp4MoeAlignment) -> None:
+    """The padded sizes pass FlashInfer's real prep helpers and the backend's layout rules."""
+    aligned, _ = align(shape, backend, policy)
+    problems = fi.nvfp4_moe_violations(
+        backend.value, aligned.intermediate_size, aligned.hidden_size, shape.gated
+    )
+    assert not problems, (
+        f"{backend.value} rejects Ip={aligned.intermediate_size}, Hp={aligned.hidden_size}: "
+        + "; ".join(problems)
+    )
+
+
+def moe_output(aligned_or_case_weights, case, shape: MoeShape, hidden: int) -> torch.Tensor:
+    """Reference MoE output ``[T, hidden]`` of ``[up; gate]`` NVFP4 weights, intermediate re-quantized."""
+    w13, w2 = dequantize_moe(aligned_or_case_weights, case.w13_decode, case.w2_decode)
+    weights, ids = route(case.logits, shape.top_k)
+    x = pad_dim(case.x, -1, w13.shape[-1])
+
+    def requantize(a: torch.Tensor) -> torch.Tensor:
+        q = nvfp4_quantize(a, INTERMEDIATE_DECODE, GlobalScale.DECODE)
+        return nvfp4_dequantize(q, INTERMEDIATE_DECODE, GlobalScale.DECODE)
+
+    out = moe_reference(
+        x, w13, w2, weights, ids, shape.activation, GateUpOrder.UP_GATE, requantize=requantize
+    )
+    return out[:, :hidden]
+
+
+@check(CONTRACT, MoeShape)
+def check_padding_invariance(shape: MoeShape, backend: MoeBackend, policy: Nvfp4MoeAlignment) -> None:
+    """The reference MoE output on the padded weights equals the unpadded output bit for bit."""
+    aligned, case = align(shape, backend, policy)
+    real = real_channels(case.weights, shape.gated, shape.real_intermediate)
+    want = moe_output(real, case, shape, shape.hidden)
+    got = moe_output(aligned.weights, case, shape, shape.hidden)
+    diff = (got - want).abs().max().item()
+    assert torch.equal(got, want), (
+        f"padding changed the MoE output: max |diff| = {diff:.4g} (max |ref| = {want.abs().max().item():.4g}); "
+        f"I {shape.intermediate} -> {aligned.intermediate_size}, H {shape.hidden} -> {aligned.hidden_size}"
+    )
+
+
+@check(CONTRACT, MoeShape)
+def check_layout_contract(shape: MoeShape, backend: MoeBackend, policy: Nvfp4MoeAlignment) -> None:
+    """Shapes match ``[E, F·Ip, Hp/2]`` etc., each gate/up half keeps its rows at ``[h·Ip, h·Ip+I)``,
+    original columns keep their place and every added byte is zero."""
+    aligned, case = align(shape, backend, policy)
+    w, a = case.weights, aligned.weights
+    e, f, i, h = shape.experts, 2 if shape.gated else 1, shape.intermediate, shape.hidden
+    ip, hp = aligned.intermediate_size, aligned.hidden_size
+    assert ip >= i and hp >= h, f"policy shrank sizes: I {i} -> {ip}, H {h} -> {hp}"
+    expected = {
+        "w13": (e, f * ip, hp // 2),
+        "w13_scale": (e, f * ip, hp // NVFP4_BLOCK),
+        "w2": (e, hp, ip // 2),
+        "w2_scale": (e, hp, ip // NVFP4_BLOCK),
+    }
+    for name, want in expected.items():
+        got = tuple(getattr(a, name).shape)
+        assert got == want, f"{name} has shape {got}, contract says {want} (Ip={ip}, Hp={hp})"
+    for name in ("w13", "w13_scale"):
+        src, dst = getattr(w, name), getattr(a, name)
+        cols = src.shape[-1]
+        for half in range(f):
+            kept = dst[:, half * ip : half * ip + i, :cols]
+            label = ("up", "gate")[half] if f == 2 else "FC1"
+            assert torch.equal(kept, src[:, half * i : (half + 1) * i]), (
+                f"{name}: the {label} half is not at rows [{half * ip}, {half * ip + i}) after padding I {i} -> {ip}"
+            )
+        mask = torch.ones_like(dst, dtype=torch.bool)
+        for half in range(f):
+            mask[:, half * ip : half * ip + i, :cols] = False
+        assert not dst[mask].any(), f"{name}: padding holds non-zero bytes"
+    for name in ("w2", "w2_scale"):
+        src, dst = getattr(w, name), getattr(a, name)
+        assert torch.equal(dst[:, :h, : src.shape[-1]], src), f"{name}: original block moved"
+        mask = torch.ones_like(dst, dtype=torch.bool)
+        mask[:, :h, : src.shape[-1]] = False
+        assert not dst[mask].any(), f"{name}: padding holds non-zero bytes"
+
+
+@check(CONTRACT, MoeShape)
+def check_minimal_and_idempotent(shape: MoeShape, backend: MoeBackend, policy: Nvfp4MoeAlignment) -> None:
+    """No smaller whole-group size satisfies the backend, and aligning again changes nothing."""
+    aligned, _ = align(shape, backend, policy)
+    ip, hp = aligned.intermediate_size, aligned.hidden_size
+    for smaller in range(shape.intermediate, ip, NVFP4_BLOCK):
+        assert fi.nvfp4_moe_violations(backend.value, smaller, hp, shape.gated), (
+            f"over-padding: I {shape.intermediate} was padded to {ip}, but {smaller} already satisfies {backend.value}"
+        )
+    for smaller in range(shape.hidden, hp, NVFP4_BLOCK):
+        assert fi.nvfp4_moe_violations(backend.value, ip, smaller, shape.gated), (
+            f"over-padding: H {shape.hidden} was padded to {hp}, but {smaller} already satisfies {backend.value}"
+        )
+    again = policy.align_nvfp4_moe(backend, aligned.weights, shape.gated)
+    assert (again.intermediate_size, again.hidden_size) == (ip, hp), (
+        f"not idempotent: sizes ({ip}, {hp}) -> ({again.intermediate_size}, {again.hidden_size})"
+    )
+    for name in ("w13", "w13_scale", "w2", "w2_scale"):
+        assert torch.equal(getattr(again.weights, name), getattr(aligned.weights, name)), (
+            f"not idempotent: {name} changed"
+        )
+
+
+def trtllm_prepare(aligned: AlignedNvfp4Moe, gated: bool, interleave) -> dict[str, torch.Tensor]:
+    """trtllm-gen FP4 prep with FlashInfer's real row indices; ``interleave`` swizzles scales."""
+    w, f = aligned.weights, 2 if gated else 1
+    rows, hidden = f * aligned.intermediate_size, aligned.hidden_size
+    p13, s13 = fi.fc1_permutation(rows, gated, False), fi.fc1_permutation(rows, gated, True)
+    p2, s2 = fi.fc2_permutation(hidden, False), fi.fc2_permutation(hidden, True)
+    return {
+        "w13": w.w13[:, p13],
+        "w13_scale": torch.stack([interleave(s[s13]) for s in w.w13_scale]),
+        "w2": w.w2[:, p2],
+        "w2_scale": torch.stack([interleave(s[s2]) for s in w.w2_scale]),
+    }
+
+
+@check(CONTRACT, MoeShape)
+def check_prepare_round_trip(shape: MoeShape, backend: MoeBackend, policy: Nvfp4MoeAlignment) -> None:
+    """Undoing FlashInfer's trtllm-gen shuffles and the 128x4 swizzle gives back the padded tensors."""
+    aligned, _ = align(shape, backend, policy)
+    prepared = trtllm_prepare(aligned, shape.gated, swizzle_128x4)
+    w, f = aligned.weights, 2 if shape.gated else 1
+    rows, hidden = f * aligned.intermediate_size, aligned.hidden_size
+    inv13 = inverse_permutation(fi.fc1_permutation(rows, shape.gated, False))
+    inv2 = inverse_permutation(fi.fc2_permutation(hidden, False))
+    assert torch.equal(prepared["w13"][:, inv13], w.w13), "FC1 weights do not round-trip"
+    assert torch.equal(prepared["w2"][:, inv2], w.w2), "FC2 weights do not round-trip"
+    for name, m, perm in (
+        ("w13_scale", rows, fi.fc1_permutation(rows, shape.gated, True)),
+        ("w2_scale", hidden, fi.fc2_permutation(hidden, True)),
+    ):
+        lin = unswizzle_128x4(prepared[name], m, getattr(w, name).shape[-1])
+        assert torch.equal(lin[:, inverse_permutation(perm)], getattr(w, name)), f"{name} does not round-trip"
+
+
+@pytest.mark.parametrize("backend", [MoeBackend.FLASHINFER_TRTLLM], ids=["flashinfer-trtllm"])
+@pytest.mark.cuda
+@given(shape=moe_shapes())
+@pinned
+def test_scale_interleave_kernel(shape: MoeShape, backend: MoeBackend, policy: Nvfp4MoeAlignment) -> None:
+    """FlashInfer's CUDA ``block_scale_interleave`` on the gathered padded scales equals the reference swizzle."""
+    run_check(check_scale_interleave_kernel, shape, backend, policy, kernel=True)
+
+
+@check(CONTRACT, MoeShape)
+def check_scale_interleave_kernel(shape: MoeShape, backend: MoeBackend, policy: Nvfp4MoeAlignment) -> None:
+    aligned, _ = align(shape, backend, policy)
+    on_gpu = trtllm_prepare(
+        aligned, shape.gated, lambda s: fi.block_scale_interleave(s).view(swizzle_128x4(s).shape)
+    )
+    reference = trtllm_prepare(aligned, shape.gated, swizzle_128x4)
+    for name in ("w13_scale", "w2_scale"):
+        assert torch.equal(on_gpu[name], reference[name]), (
+            f"block_scale_interleave differs from the 128x4 reference on {name}"
+        )
+
+
+@given(shape=moe_shapes())
+@pinned
+def test_flashinfer_accepts(shape: MoeShape, backend: MoeBackend, policy: Nvfp4MoeAlignment) -> None:
+    run_check(check_flashinfer_accepts, shape, backend, policy)
+
+
+@given(shape=moe_shapes())
+@pinned
+def test_padding_invariance(shape: MoeShape, backend: MoeBackend, policy: Nvfp4MoeAlignment) -> None:
+    run_check(check_padding_invariance, shape, backend, policy)
+
+
+@given(shape=moe_shapes())
+@pinned
+def test_layout_contract(shape: MoeShape, backend: MoeBackend, policy: Nvfp4MoeAlignment) -> None:
+    run_check(check_layout_contract, shape, backend, policy)
+
+
+@given(shape=moe_shapes())
+@pinned
+def test_minimal_and_idempotent(shape: MoeShape, backend: MoeBackend, policy: Nvfp4MoeAlignment) -> None:
+    run_check(check_minimal_and_idempotent, shape, backend, policy)
+
+
+@pytest.mark.parametrize("backend", [MoeBackend.FLASHINFER_TRTLLM], ids=["flashinfer-trtllm"])
+@given(shape=moe_shapes())
+@pinned
+def test_prepare_round_trip(shape: MoeShape, backend: MoeBackend, policy: Nvfp4MoeAlignment) -> None:
+    run_check(check_prepare_round_trip, shape, backend, policy)

@@ -1,0 +1,3 @@
+"""Root conftest: loads the suite's pytest plugin (options, profiles, gating, triage output)."""
+
+pytest_plugins = ["harness.plugin"]

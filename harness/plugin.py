@@ -1,0 +1,241 @@
+"""pytest plugin of the conformance suite: options, profiles, subjects, gating, triage output.
+
+Options (``pytest --help``, group "fp4-conformance"):
+
+* ``--subject SPEC``: the implementation under test: ``builtin`` (default), a known-bad name
+  (``bad-...``), ``vllm``, or ``package.module:attribute``.
+* ``--backend NAME``: run only this kernel-library backend (repeatable).
+* ``--model NAME --tp N [--ep]``: pin the strategies to one catalogued model's shapes.
+* ``--fp4-db PATH``: example database of the ``nightly`` / ``triage`` profiles.
+* ``--results DIR``: where reproduction scripts and the summary are written (``results``).
+
+Markers: ``contract(name)`` names a test's contract; ``cuda``, ``sm90``, ``sm100``, ``gfx950``,
+``flashinfer``, ``aiter``, ``vllm`` name requirements, and a test whose requirement is unmet is
+skipped with a reason that names what is missing.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from collections import Counter, defaultdict
+from pathlib import Path
+
+import pytest
+from hypothesis import settings
+
+from harness import devices, hardware, profiles, repro
+from strategies.catalog import MODELS, TP_DEGREES
+from strategies.pins import Pin, set_pin
+
+profiles.register_profiles()
+
+MARKERS = {
+    "contract(name)": "the contract (subject protocol) a property checks",
+    **{name: f"requires {what}" for name, what in hardware.REQUIREMENTS.items()},
+}
+
+
+def pytest_addoption(parser: pytest.Parser) -> None:
+    group = parser.getgroup("fp4-conformance")
+    group.addoption(
+        "--subject", default="builtin", help="subject under test: builtin, bad-..., vllm, or module:attr"
+    )
+    group.addoption("--backend", action="append", default=[], help="run only this backend (repeatable)")
+    group.addoption("--model", help=f"pin strategies to a catalogued model ({', '.join(sorted(MODELS))})")
+    group.addoption(
+        "--tp", type=int, help=f"pin the tensor-parallel degree ({', '.join(map(str, TP_DEGREES))})"
+    )
+    group.addoption("--ep", action="store_true", default=None, help="pin expert parallelism on")
+    group.addoption("--fp4-db", help="example database path for the nightly/triage profiles (or FP4_DB)")
+    group.addoption("--results", default="results", help="folder for reproduction scripts and the summary")
+
+
+def pytest_xdist_auto_num_workers(config: pytest.Config) -> int:
+    return devices.auto_workers(hardware.count_gpus_without_init(), os.cpu_count() or 1)
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    devices.pin_worker()
+    for marker, text in MARKERS.items():
+        config.addinivalue_line("markers", f"{marker}: {text}")
+    name = profiles.selected_profile(config.getoption("hypothesis_profile", None))
+    profiles.register_profiles(config.getoption("fp4_db"))
+    settings.load_profile(name)
+    model, tp = config.getoption("model"), config.getoption("tp")
+    if model is not None and model not in MODELS:
+        raise pytest.UsageError(
+            f"--model {model!r} is not catalogued; choose one of: {', '.join(sorted(MODELS))}"
+        )
+    if tp is not None and tp not in TP_DEGREES:
+        raise pytest.UsageError(f"--tp {tp} is not one of {TP_DEGREES}")
+    set_pin(Pin(model, tp, config.getoption("ep")))
+    from subjects.registry import SubjectError, all_backends, resolve
+
+    try:
+        config.fp4_subject = resolve(config.getoption("subject"))
+    except SubjectError as exc:
+        raise pytest.UsageError(str(exc)) from None
+    known = {b.value for b in all_backends()}
+    unknown = sorted(set(config.getoption("backend")) - known)
+    if unknown:
+        raise pytest.UsageError(
+            f"unknown backend(s) {', '.join(unknown)}; known backends: {', '.join(sorted(known))}"
+        )
+    results = Path(config.getoption("results"))
+    repro.CONTEXT.subject = config.getoption("subject")
+    repro.CONTEXT.inflight_dir = results / "inflight"
+    config.fp4_results = results
+
+
+def _contract(item: pytest.Item) -> str | None:
+    marker = item.get_closest_marker("contract")
+    return marker.args[0] if marker else None
+
+
+def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
+    marker = metafunc.definition.get_closest_marker("contract")
+    explicit = any(m.args and m.args[0] == "backend" for m in metafunc.definition.iter_markers("parametrize"))
+    if "backend" not in metafunc.fixturenames or marker is None or explicit:
+        return
+    from subjects.registry import backends
+
+    wanted = set(metafunc.config.getoption("backend"))
+    params = [
+        pytest.param(
+            b,
+            id=b.value,
+            marks=()
+            if not wanted or b.value in wanted
+            else pytest.mark.skip(reason=f"--backend excludes {b.value}"),
+        )
+        for b in backends(marker.args[0])
+    ]
+    metafunc.parametrize("backend", params)
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    subject = config.fp4_subject
+    machine = hardware.machine()
+    for item in items:
+        contract = _contract(item)
+        backend = getattr(item, "callspec", None) and item.callspec.params.get("backend")
+        item.user_properties += [
+            ("contract", contract or "self-test"),
+            ("backend", getattr(backend, "value", "-")),
+            ("hardware", machine.describe()),
+        ]
+        for requirement in hardware.REQUIREMENTS:
+            if item.get_closest_marker(requirement) and (reason := hardware.missing(requirement, machine)):
+                item.add_marker(pytest.mark.skip(reason=reason))
+                break
+        if contract is None:
+            continue
+        if subject.policy(contract) is None:
+            item.add_marker(
+                pytest.mark.skip(reason=f"subject {subject.name} does not implement contract {contract}")
+            )
+        for known in subject.known_failures:
+            if known.contract == contract and known.property == item.originalname:
+                item.add_marker(
+                    pytest.mark.xfail(
+                        strict=True, reason=f"known upstream bug: {known.reason} ({known.link})"
+                    )
+                )
+
+
+@pytest.fixture
+def policy(request: pytest.FixtureRequest):
+    """The selected subject's policy for the requesting test's contract."""
+    contract = _contract(request.node)
+    if contract is None:
+        raise pytest.UsageError(
+            f"{request.node.nodeid} uses the policy fixture without @pytest.mark.contract"
+        )
+    return request.config.fp4_subject.policy(contract)
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_runtest_setup(item: pytest.Item) -> None:
+    repro.CONTEXT.nodeid = item.nodeid
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo):
+    outcome = yield
+    report = outcome.get_result()
+    failure = repro.LAST_FAILURE.pop(item.nodeid, None)
+    if report.when == "call" and report.failed and failure is not None:
+        script = repro.write_script(item.config.fp4_results, item.nodeid, failure)
+        report.sections.append(("fp4 reproduction", f"{failure.command()}\nscript: {script}"))
+        report.user_properties.append(("reproduce", failure.command()))
+
+
+def pytest_handlecrashitem(crashitem: str, report: pytest.TestReport, sched) -> None:
+    """xdist: a worker died (device fault) while running ``crashitem``; attach its in-flight repro."""
+    results: Path = sched.config.fp4_results
+    for path in sorted((results / "inflight").glob("*.json")):
+        data = json.loads(path.read_text())
+        if data.get("nodeid") == crashitem:
+            report.longrepr = (
+                f"{report.longrepr}\nworker crashed during a kernel call; reproduce: {data['command']}"
+            )
+            (results / "repro").mkdir(parents=True, exist_ok=True)
+            (results / "repro" / f"{path.stem}-crash.py").write_text(data["script"])
+
+
+def pytest_runtest_logreport(report: pytest.TestReport) -> None:
+    if report.when != "call" and not (report.skipped or report.failed):
+        return
+    props = dict(report.user_properties)
+    key = (props.get("contract", "?"), props.get("backend", "-"), props.get("hardware", "?"))
+    outcome = "xfailed" if hasattr(report, "wasxfail") and report.skipped else report.outcome
+    if hasattr(report, "wasxfail") and report.passed:
+        outcome = "xpassed"
+    _SUMMARY[key][outcome] += 1
+    if report.skipped and not hasattr(report, "wasxfail"):
+        reason = report.longrepr[2] if isinstance(report.longrepr, tuple) else str(report.longrepr)
+        _SKIPS[key][reason.removeprefix("Skipped: ")] += 1
+
+
+_SUMMARY: dict[tuple[str, str, str], Counter] = defaultdict(Counter)
+_SKIPS: dict[tuple[str, str, str], Counter] = defaultdict(Counter)
+
+
+def summary_rows() -> list[dict[str, object]]:
+    """One row per (contract, backend, hardware) with outcome counts and skip reasons."""
+    rows = []
+    for key in sorted(_SUMMARY):
+        counts = _SUMMARY[key]
+        rows.append(
+            {
+                "contract": key[0],
+                "backend": key[1],
+                "hardware": key[2],
+                **{k: counts.get(k, 0) for k in ("passed", "failed", "skipped", "xfailed", "xpassed")},
+                "skip_reasons": dict(_SKIPS.get(key, {})),
+            }
+        )
+    return rows
+
+
+def pytest_terminal_summary(terminalreporter, exitstatus: int, config: pytest.Config) -> None:
+    if hasattr(config, "workerinput"):
+        return
+    rows = summary_rows()
+    if not rows:
+        return
+    tr = terminalreporter
+    tr.section("fp4 conformance summary (contract x backend x hardware)")
+    header = f"{'contract':<16} {'backend':<22} {'hardware':<26} {'pass':>5} {'fail':>5} {'skip':>5} {'xfail':>5} {'xpass':>5}"
+    tr.write_line(header)
+    for r in rows:
+        tr.write_line(
+            f"{r['contract']:<16} {r['backend']:<22} {r['hardware']:<26} {r['passed']:>5} {r['failed']:>5} "
+            f"{r['skipped']:>5} {r['xfailed']:>5} {r['xpassed']:>5}"
+        )
+        for reason, n in r["skip_reasons"].items():
+            tr.write_line(f"{'':<16} skipped x{n}: {reason}")
+    results = config.fp4_results
+    results.mkdir(parents=True, exist_ok=True)
+    (results / "summary.json").write_text(json.dumps(rows, indent=2))

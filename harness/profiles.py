@@ -1,0 +1,47 @@
+"""Hypothesis settings profiles: ``ci``, ``nightly``, ``triage`` (and ``dev``, the default locally).
+
+Selected by ``--hypothesis-profile NAME`` or the environment variable ``FP4_PROFILE``.
+
+* ``ci``: derandomized, 25 examples, no database, quick on 2 CPU cores.
+* ``nightly``: 500 examples, deadline off for GPU kernels, example database at ``--fp4-db`` /
+  ``FP4_DB`` (default ``.hypothesis/fp4-nightly``) so failures replay the next night.
+* ``triage``: replays the database and ``@example`` pins first (explicit + reuse phases run
+  before generation), stops at the first bug, verbose, statistics printed.
+"""
+
+from __future__ import annotations
+
+import os
+
+from hypothesis import HealthCheck, Phase, Verbosity, settings
+from hypothesis.database import DirectoryBasedExampleDatabase
+
+PROFILES = ("ci", "nightly", "triage", "dev")
+DEFAULT_DB = ".hypothesis/fp4-nightly"
+_SUPPRESS = [HealthCheck.too_slow, HealthCheck.data_too_large, HealthCheck.function_scoped_fixture]
+
+
+def register_profiles(database_path: str | None = None) -> None:
+    """Register the suite's profiles (re-registering updates the database path)."""
+    db = DirectoryBasedExampleDatabase(database_path or os.environ.get("FP4_DB", DEFAULT_DB))
+    common = dict(deadline=None, print_blob=True, suppress_health_check=_SUPPRESS)
+    settings.register_profile("ci", max_examples=25, derandomize=True, database=None, **common)
+    settings.register_profile("dev", max_examples=50, **common)
+    settings.register_profile("nightly", max_examples=500, database=db, **common)
+    settings.register_profile(
+        "triage",
+        max_examples=200,
+        database=db,
+        report_multiple_bugs=False,
+        verbosity=Verbosity.verbose,
+        phases=(Phase.explicit, Phase.reuse, Phase.generate, Phase.target, Phase.shrink),
+        **common,
+    )
+
+
+def selected_profile(option: str | None, env: dict[str, str] = os.environ) -> str:
+    """Profile name from the command line, else ``FP4_PROFILE``, else ``ci`` under CI, else ``dev``."""
+    name = option or env.get("FP4_PROFILE") or ("ci" if env.get("CI") else "dev")
+    if name not in PROFILES:
+        raise ValueError(f"unknown Hypothesis profile {name!r}; choose one of {', '.join(PROFILES)}")
+    return name

@@ -1,0 +1,170 @@
+"""Reproductions: a one-line command and a standalone script for every failing example.
+
+Properties are written as *checks*: ``check(config, backend, policy)`` functions decorated with
+:func:`check`, run from the Hypothesis test through :func:`run_check`. On failure the exception
+gets a note with the one-line command (``python -m harness.repro ...``), and the last failing
+call of each test (Hypothesis replays the shrunk example last) is kept so the plugin can write a
+script under the results folder. Before a GPU kernel check runs, its reproduction is written to
+an in-flight file, so a worker killed by a device fault still leaves it behind.
+
+Usage: ``python -m harness.repro MODULE:CHECK --subject NAME [--backend NAME] --config JSON``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import enum
+import importlib
+import json
+import os
+import shlex
+import sys
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from hypothesis import note
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+@dataclass(frozen=True)
+class Reproduction:
+    """Everything needed to rerun one example outside pytest and Hypothesis."""
+
+    check: str
+    subject: str
+    backend: str | None
+    config: dict[str, Any]
+
+    def command(self) -> str:
+        parts = ["python", "-m", "harness.repro", self.check, "--subject", self.subject]
+        if self.backend:
+            parts += ["--backend", self.backend]
+        parts += ["--config", json.dumps(self.config, sort_keys=True)]
+        return " ".join(shlex.quote(p) for p in parts)
+
+    def script(self, nodeid: str) -> str:
+        return (
+            f'"""Reproduction of {nodeid} (subject {self.subject}).\n\n'
+            f"Run from anywhere: python {{this file}}; it raises as the failing example did.\n"
+            f'"""\n\nimport sys\n\nsys.path.insert(0, {str(ROOT)!r})\n\n'
+            "from harness.repro import Reproduction, reproduce\n\n"
+            f"reproduce(Reproduction(\n    check={self.check!r},\n    subject={self.subject!r},\n"
+            f"    backend={self.backend!r},\n    config={self.config!r},\n))\n"
+        )
+
+
+@dataclass
+class Context:
+    """Set by the plugin around each test call."""
+
+    nodeid: str = ""
+    subject: str = "builtin"
+    inflight_dir: Path | None = None
+
+
+CONTEXT = Context()
+LAST_FAILURE: dict[str, Reproduction] = {}
+
+
+def check(contract: str, config: type) -> Callable[[Callable[..., None]], Callable[..., None]]:
+    """Mark ``fn(config, backend, policy)`` as a property check of ``contract`` on ``config``."""
+
+    def deco(fn: Callable[..., None]) -> Callable[..., None]:
+        fn.__fp4_check__ = (contract, config)  # type: ignore[attr-defined]
+        return fn
+
+    return deco
+
+
+def run_check(
+    fn: Callable[..., None], config: Any, backend: enum.Enum | None, policy: Any, kernel: bool = False
+) -> None:
+    """Run one example of a property check, with reproduction bookkeeping around it."""
+    repro = Reproduction(
+        f"{fn.__module__}:{fn.__name__}",
+        CONTEXT.subject,
+        backend.value if backend else None,
+        config.to_dict(),
+    )
+    describe = getattr(config, "describe", None)
+    note(f"config: {describe() if describe else config}")
+    note(f"reproduce: {repro.command()}")
+    inflight = _write_inflight(repro) if kernel else None
+    try:
+        fn(config, backend, policy)
+    except BaseException as exc:
+        LAST_FAILURE[CONTEXT.nodeid] = repro
+        if hasattr(exc, "add_note"):
+            exc.add_note(f"reproduce: {repro.command()}")
+        raise
+    finally:
+        if inflight is not None:
+            inflight.unlink(missing_ok=True)
+
+
+def _write_inflight(repro: Reproduction) -> Path | None:
+    if CONTEXT.inflight_dir is None:
+        return None
+    CONTEXT.inflight_dir.mkdir(parents=True, exist_ok=True)
+    path = CONTEXT.inflight_dir / f"{os.environ.get('PYTEST_XDIST_WORKER', 'main')}.json"
+    path.write_text(
+        json.dumps(
+            {"nodeid": CONTEXT.nodeid, "command": repro.command(), "script": repro.script(CONTEXT.nodeid)}
+        )
+    )
+    return path
+
+
+def write_script(results: Path, nodeid: str, repro: Reproduction) -> Path:
+    """Write the standalone reproduction script for ``nodeid``; returns its path."""
+    folder = results / "repro"
+    folder.mkdir(parents=True, exist_ok=True)
+    name = "".join(c if c.isalnum() else "_" for c in nodeid.split("::")[-1])[:80]
+    path = folder / f"{name}.py"
+    path.write_text(repro.script(nodeid))
+    return path
+
+
+def _resolve_backend(contract: str, name: str | None) -> enum.Enum | None:
+    from subjects.registry import backends
+
+    if name is None:
+        return None
+    for backend in backends(contract):
+        if backend.value == name:
+            return backend
+    raise SystemExit(f"unknown backend {name!r} for contract {contract}")
+
+
+def reproduce(repro: Reproduction) -> None:
+    """Rerun the check of ``repro`` once, raising exactly as the failing example did."""
+    from subjects.registry import resolve
+
+    module, _, name = repro.check.partition(":")
+    fn = getattr(importlib.import_module(module), name)
+    contract, config_type = fn.__fp4_check__
+    policy = resolve(repro.subject).policy(contract)
+    if policy is None:
+        raise SystemExit(f"subject {repro.subject} does not implement contract {contract}")
+    fn(config_type.from_dict(repro.config), _resolve_backend(contract, repro.backend), policy)
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(prog="python -m harness.repro", description=__doc__.splitlines()[0])
+    parser.add_argument(
+        "check", help="MODULE:CHECK, e.g. conformance.test_nvfp4_moe:check_padding_invariance"
+    )
+    parser.add_argument("--subject", default="builtin")
+    parser.add_argument("--backend")
+    parser.add_argument("--config", required=True, help="JSON configuration printed by the failing test")
+    args = parser.parse_args(argv)
+    sys.path.insert(0, str(ROOT))
+    reproduce(Reproduction(args.check, args.subject, args.backend, json.loads(args.config)))
+    print("passed: the check did not fail for this configuration")
+
+
+if __name__ == "__main__":
+    main()

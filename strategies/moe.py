@@ -1,0 +1,176 @@
+"""Hypothesis strategies for MoE layer shapes of one tensor-parallel rank.
+
+Shapes come from the model catalogue at every TP degree (with or without expert parallelism)
+or are adversarial: rank-local sizes that are multiples of the quantization group but not of
+64/128/256. Loaders' sharding is followed: an even split where it keeps whole groups, otherwise
+a whole-block split where the last ranks hold fewer real channels than their buffer.
+
+Sizes are reduced so a CPU example runs in milliseconds: every size above 512 loses a multiple
+of 256, which keeps its residue modulo 256 (the largest alignment any backend asks for) and the
+length of a short rank's zero tail.
+"""
+
+from __future__ import annotations
+
+import enum
+from dataclasses import dataclass
+
+from hypothesis import strategies as st
+
+from reference.moe import Activation
+from reference.sizes import whole_block_split
+from strategies.catalog import GEGLU, GPT_OSS, MODELS, RELU2, SWIGLU, TP_DEGREES, ModelShape
+from strategies.config import Config
+from strategies.pins import current_pin
+
+ACTIVATIONS = (SWIGLU, GEGLU, GPT_OSS, RELU2)
+REDUCE_ABOVE = 512
+REDUCE_STEP = 256
+
+
+class Sharding(enum.Enum):
+    EVEN = "even"  # size / tp per rank (NVFP4 ModelOpt loaders)
+    WHOLE_BLOCK = "whole-block"  # cdiv(blocks, tp) whole blocks per rank (gpt-oss loader)
+    NONE = "none"  # expert parallelism: every rank holds whole experts
+
+
+@dataclass(frozen=True)
+class MoeShape(Config):
+    """One rank's MoE layer: ``intermediate`` is its buffer, ``real_intermediate`` its real channels."""
+
+    model: str
+    tp: int
+    ep: bool
+    rank: int
+    sharding: Sharding
+    intermediate: int
+    real_intermediate: int
+    hidden: int
+    model_hidden: int
+    activation: Activation
+    experts: int
+    top_k: int
+    tokens: int
+    seed: int
+
+    @property
+    def gated(self) -> bool:
+        return self.activation.gated
+
+    def describe(self) -> str:
+        tail = "" if self.real_intermediate == self.intermediate else f" (real {self.real_intermediate})"
+        return (
+            f"{self.model} TP={self.tp}{' EP' if self.ep else ''} rank {self.rank} [{self.sharding.value}]: "
+            f"I={self.intermediate}{tail}, H={self.hidden} (model {self.model_hidden}), {self.activation}, "
+            f"E={self.experts} top-{self.top_k} T={self.tokens} seed={self.seed}"
+        )
+
+
+def reduce_size(size: int) -> int:
+    """Subtract the multiple of 256 that brings ``size`` to at most 512 (residue mod 256 kept)."""
+    return size - max(0, -(-(size - REDUCE_ABOVE) // REDUCE_STEP)) * REDUCE_STEP
+
+
+def rank_local(
+    global_size: int, tp: int, ep: bool, group: int, whole_block: bool
+) -> tuple[Sharding, tuple[int, ...]]:
+    """Per-rank real channel counts and the sharding that produced them.
+
+    Expert parallelism keeps whole experts; otherwise an even split when it keeps whole
+    ``group``-element blocks (and the loader is not a whole-block one), else a whole-block split.
+    """
+    if ep or tp == 1:
+        return Sharding.NONE, (global_size,) * tp
+    part, rem = divmod(global_size, tp)
+    if not whole_block and rem == 0 and part % group == 0:
+        return Sharding.EVEN, (part,) * tp
+    return Sharding.WHOLE_BLOCK, whole_block_split(global_size, tp, group)
+
+
+@st.composite
+def _catalog_layer(draw: st.DrawFn, group: int) -> tuple[ModelShape, int, bool]:
+    pin = current_pin()
+    names = [pin.model] if pin.model else sorted(MODELS)
+    m = MODELS[draw(st.sampled_from(names))]
+    tp = pin.tp if pin.tp is not None else draw(st.sampled_from(TP_DEGREES))
+    ep = pin.ep if pin.ep is not None else draw(st.booleans())
+    return m, tp, ep
+
+
+@st.composite
+def moe_shapes(
+    draw: st.DrawFn, group: int = 16, activations: tuple[Activation, ...] = ACTIVATIONS
+) -> MoeShape:
+    """A :class:`MoeShape` for quantization group ``group`` (16 NVFP4, 32 MXFP4)."""
+    pin = current_pin()
+    adversarial = pin.model is None and draw(st.booleans())
+    if adversarial:
+        tp = pin.tp if pin.tp is not None else draw(st.sampled_from(TP_DEGREES))
+        ep = bool(pin.ep)
+        local = group * draw(st.integers(1, 32))
+        m = ModelShape("adversarial", 32 * draw(st.integers(1, 96)), local * tp, 0, 8, 8, SWIGLU)
+        activation = draw(st.sampled_from(activations))
+    else:
+        m, tp, ep = draw(_catalog_layer(group))
+        activation = m.activation if m.activation in activations else draw(st.sampled_from(activations))
+    _, per_rank = rank_local(m.moe_intermediate, tp, ep, group, whole_block=m.name.startswith("gpt-oss"))
+    rank = draw(st.sampled_from([r for r, n in enumerate(per_rank) if n > 0]))
+    experts = draw(st.integers(1, 4))
+    return layer_shape(
+        m,
+        tp,
+        ep,
+        rank,
+        group,
+        activation,
+        experts=experts,
+        top_k=draw(st.integers(1, min(experts, m.top_k, 2))),
+        tokens=draw(st.integers(1, 6)),
+        seed=draw(st.integers(0, 2**16)),
+    )
+
+
+def layer_shape(
+    m: ModelShape,
+    tp: int,
+    ep: bool,
+    rank: int,
+    group: int,
+    activation: Activation,
+    experts: int,
+    top_k: int,
+    tokens: int,
+    seed: int,
+) -> MoeShape:
+    """Rank ``rank``'s :class:`MoeShape` of model ``m``, sizes reduced (see module docstring)."""
+    sharding, per_rank = rank_local(
+        m.moe_intermediate, tp, ep, group, whole_block=m.name.startswith("gpt-oss")
+    )
+    buffer, real = per_rank[0], per_rank[rank]
+    reduced = reduce_size(buffer)
+    return MoeShape(
+        model=m.name,
+        tp=tp,
+        ep=ep,
+        rank=rank,
+        sharding=sharding,
+        intermediate=reduced,
+        real_intermediate=max(group, reduced - (buffer - real)) if real < buffer else reduced,
+        hidden=reduce_size(m.hidden),
+        model_hidden=m.hidden,
+        activation=activation,
+        experts=experts,
+        top_k=top_k,
+        tokens=tokens,
+        seed=seed,
+    )
+
+
+def pinned_shape(
+    model: str, tp: int, *, ep: bool = False, rank: int = 0, group: int = 16, seed: int = 0
+) -> MoeShape:
+    """The :class:`MoeShape` of a catalogued model at one TP degree (for ``@example`` pins)."""
+    m = MODELS[model]
+    return layer_shape(
+        m, tp, ep, rank, group, m.activation, experts=2, top_k=min(2, m.top_k), tokens=3, seed=seed
+    )

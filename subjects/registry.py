@@ -1,0 +1,157 @@
+"""Subjects under test: named implementations of the suite's contracts, and how to load them.
+
+A *contract* is one policy protocol (for example NVFP4 MoE alignment). A *subject* bundles one
+policy per contract it implements. Three kinds exist:
+
+* ``builtin`` — the suite's correct policies, one for every contract;
+* known-bad subjects (``bad-...``) — each reproduces a historical bug in one contract, so the
+  properties of that contract are shown to fail;
+* external subjects — ``package.module:attribute`` naming a :class:`Subject`, a zero-argument
+  callable returning one, or a single policy object whose contract is recognised by protocol.
+
+Contract modules call :func:`register_contract` and :func:`register_subject` at import time.
+"""
+
+from __future__ import annotations
+
+import enum
+import importlib
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+_CONTRACT_MODULES = (
+    "subjects.nvfp4_moe",
+    "subjects.mxfp4_linear",
+    "subjects.shared_expert",
+    "subjects.mxfp4_moe",
+    "subjects.vllm",
+)
+
+
+class SubjectError(ValueError):
+    """A subject name or import path cannot be resolved."""
+
+
+@dataclass(frozen=True)
+class KnownFailure:
+    """An upstream bug a subject is known to have: the property it fails and the reference."""
+
+    contract: str
+    property: str
+    reason: str
+    link: str
+
+
+@dataclass(frozen=True)
+class Subject:
+    """A named implementation: ``policies`` maps contract name -> policy object."""
+
+    name: str
+    description: str
+    policies: Mapping[str, Any]
+    reproduces: str = ""
+    known_failures: tuple[KnownFailure, ...] = field(default=())
+
+    def policy(self, contract: str) -> Any | None:
+        return self.policies.get(contract)
+
+
+_CONTRACTS: dict[str, type] = {}
+_BACKENDS: dict[str, tuple[enum.Enum, ...]] = {}
+_BUILTIN_POLICIES: dict[str, Any] = {}
+_SUBJECTS: dict[str, Subject] = {}
+_loaded = False
+
+
+def register_contract(name: str, protocol: type, builtin: Any, backends: tuple[enum.Enum, ...] = ()) -> None:
+    """Declare contract ``name``: its runtime-checkable ``protocol``, correct policy and backends."""
+    _CONTRACTS[name] = protocol
+    _BACKENDS[name] = backends
+    _BUILTIN_POLICIES[name] = builtin
+
+
+def register_subject(subject: Subject) -> Subject:
+    """Add a named subject (known-bad or adapter) to the registry."""
+    _SUBJECTS[subject.name] = subject
+    return subject
+
+
+def _load() -> None:
+    global _loaded
+    if not _loaded:
+        for module in _CONTRACT_MODULES:
+            importlib.import_module(module)
+        _loaded = True
+
+
+def contracts() -> dict[str, type]:
+    """Contract name -> protocol class."""
+    _load()
+    return dict(_CONTRACTS)
+
+
+def backends(contract: str) -> tuple[enum.Enum, ...]:
+    """The kernel-library backends a contract's properties run against (may be empty)."""
+    _load()
+    return _BACKENDS[contract]
+
+
+def all_backends() -> tuple[enum.Enum, ...]:
+    """Every backend of every contract."""
+    _load()
+    return tuple(b for bs in _BACKENDS.values() for b in bs)
+
+
+def builtin() -> Subject:
+    """The suite's correct subject, implementing every contract."""
+    _load()
+    return Subject("builtin", "the suite's correct policies", dict(_BUILTIN_POLICIES))
+
+
+def named_subjects() -> dict[str, Subject]:
+    """Every subject selectable by name: ``builtin`` and the registered ones."""
+    _load()
+    return {"builtin": builtin(), **_SUBJECTS}
+
+
+def known_bad() -> dict[str, Subject]:
+    """Subjects that reproduce a historical bug (name starts with ``bad-``)."""
+    return {n: s for n, s in named_subjects().items() if n.startswith("bad-")}
+
+
+def _from_object(obj: Any, spec: str) -> Subject:
+    if isinstance(obj, Subject):
+        return obj
+    matched = {name: obj for name, proto in contracts().items() if isinstance(obj, proto)}
+    if matched:
+        return Subject(spec, f"external policy {spec}", matched)
+    if callable(obj):
+        return _from_object(obj(), spec)
+    raise SubjectError(
+        f"{spec} is neither a Subject nor a policy implementing one of the contracts "
+        f"{sorted(contracts())} (see subjects/*.py for each protocol)"
+    )
+
+
+def resolve(spec: str) -> Subject:
+    """Resolve ``spec``: a registered name, or ``package.module:attribute``.
+
+    Raises :class:`SubjectError` with the list of known names, or the import problem.
+    """
+    subjects = named_subjects()
+    if spec in subjects:
+        return subjects[spec]
+    if ":" not in spec:
+        raise SubjectError(
+            f"unknown subject {spec!r}; known subjects: {', '.join(sorted(subjects))}; "
+            "or give an import path 'package.module:attribute'"
+        )
+    module_name, _, attr = spec.partition(":")
+    try:
+        module = importlib.import_module(module_name)
+    except ImportError as exc:
+        raise SubjectError(f"cannot import module {module_name!r} for subject {spec!r}: {exc}") from exc
+    if not hasattr(module, attr):
+        raise SubjectError(f"module {module_name!r} has no attribute {attr!r} (subject {spec!r})")
+    return _from_object(getattr(module, attr), spec)
