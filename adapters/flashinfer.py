@@ -159,9 +159,7 @@ def e2m1_and_ufp8sf_scale_to_float(
 def mxfp4_dequantize_host(packed: torch.Tensor, scales: torch.Tensor) -> torch.Tensor:
     """FlashInfer's ``mxfp4_dequantize_host`` (CPU op, linear ``[n, k/32]`` scales; needs a GPU to load)."""
     if cuda_capability() is None:
-        raise LibraryUnavailable(
-            "FlashInfer's mxfp4_dequantize_host wrapper queries cuda:0: needs an NVIDIA GPU"
-        )
+        raise LibraryUnavailable("FlashInfer's mxfp4_dequantize_host wrapper queries cuda:0: needs an NVIDIA GPU")
     quant = _import("flashinfer.quantization.fp4_quantization")
     return quant.mxfp4_dequantize_host(packed.cpu().contiguous(), scales.cpu().contiguous(), 32)
 

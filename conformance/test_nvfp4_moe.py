@@ -53,9 +53,7 @@ def align(shape: MoeShape, backend: MoeBackend, policy: Nvfp4MoeAlignment) -> tu
     try:
         aligned = policy.align_nvfp4_moe(backend, case.weights, shape.gated)
     except UnsupportedConfig as exc:
-        raise AssertionError(
-            f"policy refused a shape real models produce ({shape.describe()}): {exc}"
-        ) from exc
+        raise AssertionError(f"policy refused a shape real models produce ({shape.describe()}): {exc}") from exc
     event(f"I {shape.intermediate} -> {aligned.intermediate_size}, H {shape.hidden} -> {aligned.hidden_size}")
     return aligned, case
 
@@ -64,12 +62,9 @@ def align(shape: MoeShape, backend: MoeBackend, policy: Nvfp4MoeAlignment) -> tu
 def check_flashinfer_accepts(shape: MoeShape, backend: MoeBackend, policy: Nvfp4MoeAlignment) -> None:
     """The padded sizes pass FlashInfer's real prep helpers and the backend's layout rules."""
     aligned, _ = align(shape, backend, policy)
-    problems = fi.nvfp4_moe_violations(
-        backend.value, aligned.intermediate_size, aligned.hidden_size, shape.gated
-    )
+    problems = fi.nvfp4_moe_violations(backend.value, aligned.intermediate_size, aligned.hidden_size, shape.gated)
     assert not problems, (
-        f"{backend.value} rejects Ip={aligned.intermediate_size}, Hp={aligned.hidden_size}: "
-        + "; ".join(problems)
+        f"{backend.value} rejects Ip={aligned.intermediate_size}, Hp={aligned.hidden_size}: " + "; ".join(problems)
     )
 
 
@@ -83,9 +78,7 @@ def moe_output(aligned_or_case_weights, case, shape: MoeShape, hidden: int) -> t
         q = nvfp4_quantize(a, INTERMEDIATE_DECODE, GlobalScale.DECODE)
         return nvfp4_dequantize(q, INTERMEDIATE_DECODE, GlobalScale.DECODE)
 
-    out = moe_reference(
-        x, w13, w2, weights, ids, shape.activation, GateUpOrder.UP_GATE, requantize=requantize
-    )
+    out = moe_reference(x, w13, w2, weights, ids, shape.activation, GateUpOrder.UP_GATE, requantize=requantize)
     return out[:, :hidden]
 
 
@@ -210,9 +203,7 @@ def test_scale_interleave_kernel(shape: MoeShape, backend: MoeBackend, policy: N
 @check(CONTRACT, MoeShape)
 def check_scale_interleave_kernel(shape: MoeShape, backend: MoeBackend, policy: Nvfp4MoeAlignment) -> None:
     aligned, _ = align(shape, backend, policy)
-    on_gpu = trtllm_prepare(
-        aligned, shape.gated, lambda s: fi.block_scale_interleave(s).view(swizzle_128x4(s).shape)
-    )
+    on_gpu = trtllm_prepare(aligned, shape.gated, lambda s: fi.block_scale_interleave(s).view(swizzle_128x4(s).shape))
     reference = trtllm_prepare(aligned, shape.gated, swizzle_128x4)
     for name in ("w13_scale", "w2_scale"):
         assert torch.equal(on_gpu[name], reference[name]), (

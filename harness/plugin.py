@@ -38,14 +38,10 @@ MARKERS = {
 
 def pytest_addoption(parser: pytest.Parser) -> None:
     group = parser.getgroup("fp4-conformance")
-    group.addoption(
-        "--subject", default="builtin", help="subject under test: builtin, bad-..., vllm, or module:attr"
-    )
+    group.addoption("--subject", default="builtin", help="subject under test: builtin, bad-..., vllm, or module:attr")
     group.addoption("--backend", action="append", default=[], help="run only this backend (repeatable)")
     group.addoption("--model", help=f"pin strategies to a catalogued model ({', '.join(sorted(MODELS))})")
-    group.addoption(
-        "--tp", type=int, help=f"pin the tensor-parallel degree ({', '.join(map(str, TP_DEGREES))})"
-    )
+    group.addoption("--tp", type=int, help=f"pin the tensor-parallel degree ({', '.join(map(str, TP_DEGREES))})")
     group.addoption("--ep", action="store_true", default=None, help="pin expert parallelism on")
     group.addoption("--fp4-db", help="example database path for the nightly/triage profiles (or FP4_DB)")
     group.addoption("--results", default="results", help="folder for reproduction scripts and the summary")
@@ -64,9 +60,7 @@ def pytest_configure(config: pytest.Config) -> None:
     settings.load_profile(name)
     model, tp = config.getoption("model"), config.getoption("tp")
     if model is not None and model not in MODELS:
-        raise pytest.UsageError(
-            f"--model {model!r} is not catalogued; choose one of: {', '.join(sorted(MODELS))}"
-        )
+        raise pytest.UsageError(f"--model {model!r} is not catalogued; choose one of: {', '.join(sorted(MODELS))}")
     if tp is not None and tp not in TP_DEGREES:
         raise pytest.UsageError(f"--tp {tp} is not one of {TP_DEGREES}")
     set_pin(Pin(model, tp, config.getoption("ep")))
@@ -79,9 +73,7 @@ def pytest_configure(config: pytest.Config) -> None:
     known = {b.value for b in all_backends()}
     unknown = sorted(set(config.getoption("backend")) - known)
     if unknown:
-        raise pytest.UsageError(
-            f"unknown backend(s) {', '.join(unknown)}; known backends: {', '.join(sorted(known))}"
-        )
+        raise pytest.UsageError(f"unknown backend(s) {', '.join(unknown)}; known backends: {', '.join(sorted(known))}")
     results = Path(config.getoption("results"))
     repro.CONTEXT.subject = config.getoption("subject")
     repro.CONTEXT.inflight_dir = results / "inflight"
@@ -105,9 +97,7 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
         pytest.param(
             b,
             id=b.value,
-            marks=()
-            if not wanted or b.value in wanted
-            else pytest.mark.skip(reason=f"--backend excludes {b.value}"),
+            marks=() if not wanted or b.value in wanted else pytest.mark.skip(reason=f"--backend excludes {b.value}"),
         )
         for b in backends(marker.args[0])
     ]
@@ -132,15 +122,11 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
         if contract is None:
             continue
         if subject.policy(contract) is None:
-            item.add_marker(
-                pytest.mark.skip(reason=f"subject {subject.name} does not implement contract {contract}")
-            )
+            item.add_marker(pytest.mark.skip(reason=f"subject {subject.name} does not implement contract {contract}"))
         for known in subject.known_failures:
             if known.contract == contract and known.property == item.originalname:
                 item.add_marker(
-                    pytest.mark.xfail(
-                        strict=True, reason=f"known upstream bug: {known.reason} ({known.link})"
-                    )
+                    pytest.mark.xfail(strict=True, reason=f"known upstream bug: {known.reason} ({known.link})")
                 )
 
 
@@ -149,9 +135,7 @@ def policy(request: pytest.FixtureRequest):
     """The selected subject's policy for the requesting test's contract."""
     contract = _contract(request.node)
     if contract is None:
-        raise pytest.UsageError(
-            f"{request.node.nodeid} uses the policy fixture without @pytest.mark.contract"
-        )
+        raise pytest.UsageError(f"{request.node.nodeid} uses the policy fixture without @pytest.mark.contract")
     return request.config.fp4_subject.policy(contract)
 
 
@@ -177,9 +161,7 @@ def pytest_handlecrashitem(crashitem: str, report: pytest.TestReport, sched) -> 
     for path in sorted((results / "inflight").glob("*.json")):
         data = json.loads(path.read_text())
         if data.get("nodeid") == crashitem:
-            report.longrepr = (
-                f"{report.longrepr}\nworker crashed during a kernel call; reproduce: {data['command']}"
-            )
+            report.longrepr = f"{report.longrepr}\nworker crashed during a kernel call; reproduce: {data['command']}"
             (results / "repro").mkdir(parents=True, exist_ok=True)
             (results / "repro" / f"{path.stem}-crash.py").write_text(data["script"])
 

@@ -111,9 +111,7 @@ def _write_inflight(repro: Reproduction) -> Path | None:
     CONTEXT.inflight_dir.mkdir(parents=True, exist_ok=True)
     path = CONTEXT.inflight_dir / f"{os.environ.get('PYTEST_XDIST_WORKER', 'main')}.json"
     path.write_text(
-        json.dumps(
-            {"nodeid": CONTEXT.nodeid, "command": repro.command(), "script": repro.script(CONTEXT.nodeid)}
-        )
+        json.dumps({"nodeid": CONTEXT.nodeid, "command": repro.command(), "script": repro.script(CONTEXT.nodeid)})
     )
     return path
 
@@ -154,9 +152,7 @@ def reproduce(repro: Reproduction) -> None:
 
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(prog="python -m harness.repro", description=__doc__.splitlines()[0])
-    parser.add_argument(
-        "check", help="MODULE:CHECK, e.g. conformance.test_nvfp4_moe:check_padding_invariance"
-    )
+    parser.add_argument("check", help="MODULE:CHECK, e.g. conformance.test_nvfp4_moe:check_padding_invariance")
     parser.add_argument("--subject", default="builtin")
     parser.add_argument("--backend")
     parser.add_argument("--config", required=True, help="JSON configuration printed by the failing test")

@@ -215,9 +215,7 @@ class Quantized:
 def _blocks(x: torch.Tensor, block: int, what: str) -> torch.Tensor:
     k = x.shape[-1]
     if k % block:
-        raise ShapeContractError(
-            f"{what}: K = {k} is not a multiple of the {block}-element quantization block"
-        )
+        raise ShapeContractError(f"{what}: K = {k} is not a multiple of the {block}-element quantization block")
     return x.float().reshape(*x.shape[:-1], k // block, block)
 
 

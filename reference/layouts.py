@@ -80,8 +80,7 @@ def trtllm_row_shuffle(rows: int, epilogue_tile_m: int = TRTLLM_EPILOGUE_TILE_M)
     b = trtllm_shuffle_block(epilogue_tile_m)
     if rows % b:
         raise ShapeContractError(
-            f"trtllm row shuffle: rows = {rows} must be a multiple of {b} "
-            f"(epilogue_tile_m = {epilogue_tile_m})"
+            f"trtllm row shuffle: rows = {rows} must be a multiple of {b} (epilogue_tile_m = {epilogue_tile_m})"
         )
     return torch.arange(rows).view(rows // b, 8, b // 8).transpose(1, 2).reshape(rows)
 

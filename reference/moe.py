@@ -120,9 +120,7 @@ def moe_reference(
         tuple(w2.shape) == (e, h, inter),
         f"moe: w2 {tuple(w2.shape)} must be [E, H, I] = [{e}, {h}, {inter}] to match w13 {tuple(w13.shape)}",
     )
-    require(
-        weights.shape == ids.shape and ids.shape[0] == x.shape[0], "moe: routing weights/ids must be [T, k]"
-    )
+    require(weights.shape == ids.shape and ids.shape[0] == x.shape[0], "moe: routing weights/ids must be [T, k]")
     require(bool(((ids >= 0) & (ids < e)).all()), f"moe: expert ids must lie in 0..{e - 1}")
     out = torch.zeros(x.shape, dtype=torch.float32, device=x.device)
     for j in range(ids.shape[1]):

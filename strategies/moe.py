@@ -71,9 +71,7 @@ def reduce_size(size: int) -> int:
     return size - max(0, -(-(size - REDUCE_ABOVE) // REDUCE_STEP)) * REDUCE_STEP
 
 
-def rank_local(
-    global_size: int, tp: int, ep: bool, group: int, whole_block: bool
-) -> tuple[Sharding, tuple[int, ...]]:
+def rank_local(global_size: int, tp: int, ep: bool, group: int, whole_block: bool) -> tuple[Sharding, tuple[int, ...]]:
     """Per-rank real channel counts and the sharding that produced them.
 
     Expert parallelism keeps whole experts; otherwise an even split when it keeps whole
@@ -98,9 +96,7 @@ def _catalog_layer(draw: st.DrawFn, group: int) -> tuple[ModelShape, int, bool]:
 
 
 @st.composite
-def moe_shapes(
-    draw: st.DrawFn, group: int = 16, activations: tuple[Activation, ...] = ACTIVATIONS
-) -> MoeShape:
+def moe_shapes(draw: st.DrawFn, group: int = 16, activations: tuple[Activation, ...] = ACTIVATIONS) -> MoeShape:
     """A :class:`MoeShape` for quantization group ``group`` (16 NVFP4, 32 MXFP4)."""
     pin = current_pin()
     adversarial = pin.model is None and draw(st.booleans())
@@ -143,9 +139,7 @@ def layer_shape(
     seed: int,
 ) -> MoeShape:
     """Rank ``rank``'s :class:`MoeShape` of model ``m``, sizes reduced (see module docstring)."""
-    sharding, per_rank = rank_local(
-        m.moe_intermediate, tp, ep, group, whole_block=m.name.startswith("gpt-oss")
-    )
+    sharding, per_rank = rank_local(m.moe_intermediate, tp, ep, group, whole_block=m.name.startswith("gpt-oss"))
     buffer, real = per_rank[0], per_rank[rank]
     reduced = reduce_size(buffer)
     return MoeShape(
@@ -166,11 +160,7 @@ def layer_shape(
     )
 
 
-def pinned_shape(
-    model: str, tp: int, *, ep: bool = False, rank: int = 0, group: int = 16, seed: int = 0
-) -> MoeShape:
+def pinned_shape(model: str, tp: int, *, ep: bool = False, rank: int = 0, group: int = 16, seed: int = 0) -> MoeShape:
     """The :class:`MoeShape` of a catalogued model at one TP degree (for ``@example`` pins)."""
     m = MODELS[model]
-    return layer_shape(
-        m, tp, ep, rank, group, m.activation, experts=2, top_k=min(2, m.top_k), tokens=3, seed=seed
-    )
+    return layer_shape(m, tp, ep, rank, group, m.activation, experts=2, top_k=min(2, m.top_k), tokens=3, seed=seed)

@@ -77,10 +77,6 @@ def dequantize_moe(
     weights: Nvfp4MoeWeights, w13_decode: torch.Tensor, w2_decode: torch.Tensor
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """fp32 ``(w13 [E, F·I, H], w2 [E, H, I])`` with per-expert decode global scales."""
-    w13 = nvfp4_dequantize(
-        Quantized(weights.w13, weights.w13_scale), w13_decode[:, None, None], GlobalScale.DECODE
-    )
-    w2 = nvfp4_dequantize(
-        Quantized(weights.w2, weights.w2_scale), w2_decode[:, None, None], GlobalScale.DECODE
-    )
+    w13 = nvfp4_dequantize(Quantized(weights.w13, weights.w13_scale), w13_decode[:, None, None], GlobalScale.DECODE)
+    w2 = nvfp4_dequantize(Quantized(weights.w2, weights.w2_scale), w2_decode[:, None, None], GlobalScale.DECODE)
     return w13, w2
