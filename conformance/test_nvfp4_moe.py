@@ -22,8 +22,9 @@ from reference.layouts import inverse_permutation, swizzle_128x4, unswizzle_128x
 from reference.moe import GateUpOrder, moe_reference, route
 from reference.padding import pad_dim
 from strategies.moe import MoeShape, moe_shapes, pinned_shape
-from strategies.tensors import dequantize_moe, nvfp4_moe_case, real_channels
-from subjects.nvfp4_moe import CONTRACT, AlignedNvfp4Moe, MoeBackend, Nvfp4MoeAlignment, UnsupportedConfig
+from strategies.tensors import dequantize_moe, moe_case, real_channels
+from subjects.moe import AlignedMoe, MoeAlignment, UnsupportedConfig
+from subjects.nvfp4_moe import CONTRACT, MoeBackend
 
 pytestmark = [pytest.mark.contract(CONTRACT), pytest.mark.flashinfer]
 
@@ -48,10 +49,10 @@ def pinned(test):
     return test
 
 
-def align(shape: MoeShape, backend: MoeBackend, policy: Nvfp4MoeAlignment) -> tuple[AlignedNvfp4Moe, object]:
-    case = nvfp4_moe_case(shape)
+def align(shape: MoeShape, backend: MoeBackend, policy: MoeAlignment) -> tuple[AlignedMoe, object]:
+    case = moe_case(shape, NVFP4_BLOCK)
     try:
-        aligned = policy.align_nvfp4_moe(backend, case.weights, shape.gated)
+        aligned = policy.align_moe(backend, case.weights, shape.gated)
     except UnsupportedConfig as exc:
         raise AssertionError(f"policy refused a shape real models produce ({shape.describe()}): {exc}") from exc
     event(f"I {shape.intermediate} -> {aligned.intermediate_size}, H {shape.hidden} -> {aligned.hidden_size}")
@@ -59,7 +60,7 @@ def align(shape: MoeShape, backend: MoeBackend, policy: Nvfp4MoeAlignment) -> tu
 
 
 @check(CONTRACT, MoeShape)
-def check_flashinfer_accepts(shape: MoeShape, backend: MoeBackend, policy: Nvfp4MoeAlignment) -> None:
+def check_flashinfer_accepts(shape: MoeShape, backend: MoeBackend, policy: MoeAlignment) -> None:
     """The padded sizes pass FlashInfer's real prep helpers and the backend's layout rules."""
     aligned, _ = align(shape, backend, policy)
     problems = fi.nvfp4_moe_violations(backend.value, aligned.intermediate_size, aligned.hidden_size, shape.gated)
@@ -83,7 +84,7 @@ def moe_output(aligned_or_case_weights, case, shape: MoeShape, hidden: int) -> t
 
 
 @check(CONTRACT, MoeShape)
-def check_padding_invariance(shape: MoeShape, backend: MoeBackend, policy: Nvfp4MoeAlignment) -> None:
+def check_padding_invariance(shape: MoeShape, backend: MoeBackend, policy: MoeAlignment) -> None:
     """The reference MoE output on the padded weights equals the unpadded output bit for bit."""
     aligned, case = align(shape, backend, policy)
     real = real_channels(case.weights, shape.gated, shape.real_intermediate)
@@ -97,7 +98,7 @@ def check_padding_invariance(shape: MoeShape, backend: MoeBackend, policy: Nvfp4
 
 
 @check(CONTRACT, MoeShape)
-def check_layout_contract(shape: MoeShape, backend: MoeBackend, policy: Nvfp4MoeAlignment) -> None:
+def check_layout_contract(shape: MoeShape, backend: MoeBackend, policy: MoeAlignment) -> None:
     """Shapes match ``[E, F·Ip, Hp/2]`` etc., each gate/up half keeps its rows at ``[h·Ip, h·Ip+I)``,
     original columns keep their place and every added byte is zero."""
     aligned, case = align(shape, backend, policy)
@@ -136,7 +137,7 @@ def check_layout_contract(shape: MoeShape, backend: MoeBackend, policy: Nvfp4Moe
 
 
 @check(CONTRACT, MoeShape)
-def check_minimal_and_idempotent(shape: MoeShape, backend: MoeBackend, policy: Nvfp4MoeAlignment) -> None:
+def check_minimal_and_idempotent(shape: MoeShape, backend: MoeBackend, policy: MoeAlignment) -> None:
     """No smaller whole-group size satisfies the backend, and aligning again changes nothing."""
     aligned, _ = align(shape, backend, policy)
     ip, hp = aligned.intermediate_size, aligned.hidden_size
@@ -148,7 +149,7 @@ def check_minimal_and_idempotent(shape: MoeShape, backend: MoeBackend, policy: N
         assert fi.nvfp4_moe_violations(backend.value, ip, smaller, shape.gated), (
             f"over-padding: H {shape.hidden} was padded to {hp}, but {smaller} already satisfies {backend.value}"
         )
-    again = policy.align_nvfp4_moe(backend, aligned.weights, shape.gated)
+    again = policy.align_moe(backend, aligned.weights, shape.gated)
     assert (again.intermediate_size, again.hidden_size) == (ip, hp), (
         f"not idempotent: sizes ({ip}, {hp}) -> ({again.intermediate_size}, {again.hidden_size})"
     )
@@ -158,7 +159,7 @@ def check_minimal_and_idempotent(shape: MoeShape, backend: MoeBackend, policy: N
         )
 
 
-def trtllm_prepare(aligned: AlignedNvfp4Moe, gated: bool, interleave) -> dict[str, torch.Tensor]:
+def trtllm_prepare(aligned: AlignedMoe, gated: bool, interleave) -> dict[str, torch.Tensor]:
     """trtllm-gen FP4 prep with FlashInfer's real row indices; ``interleave`` swizzles scales."""
     w, f = aligned.weights, 2 if gated else 1
     rows, hidden = f * aligned.intermediate_size, aligned.hidden_size
@@ -173,7 +174,7 @@ def trtllm_prepare(aligned: AlignedNvfp4Moe, gated: bool, interleave) -> dict[st
 
 
 @check(CONTRACT, MoeShape)
-def check_prepare_round_trip(shape: MoeShape, backend: MoeBackend, policy: Nvfp4MoeAlignment) -> None:
+def check_prepare_round_trip(shape: MoeShape, backend: MoeBackend, policy: MoeAlignment) -> None:
     """Undoing FlashInfer's trtllm-gen shuffles and the 128x4 swizzle gives back the padded tensors."""
     aligned, _ = align(shape, backend, policy)
     prepared = trtllm_prepare(aligned, shape.gated, swizzle_128x4)
@@ -195,13 +196,13 @@ def check_prepare_round_trip(shape: MoeShape, backend: MoeBackend, policy: Nvfp4
 @pytest.mark.cuda
 @given(shape=moe_shapes())
 @pinned
-def test_scale_interleave_kernel(shape: MoeShape, backend: MoeBackend, policy: Nvfp4MoeAlignment) -> None:
+def test_scale_interleave_kernel(shape: MoeShape, backend: MoeBackend, policy: MoeAlignment) -> None:
     """FlashInfer's CUDA ``block_scale_interleave`` on the gathered padded scales equals the reference swizzle."""
     run_check(check_scale_interleave_kernel, shape, backend, policy, kernel=True)
 
 
 @check(CONTRACT, MoeShape)
-def check_scale_interleave_kernel(shape: MoeShape, backend: MoeBackend, policy: Nvfp4MoeAlignment) -> None:
+def check_scale_interleave_kernel(shape: MoeShape, backend: MoeBackend, policy: MoeAlignment) -> None:
     aligned, _ = align(shape, backend, policy)
     on_gpu = trtllm_prepare(aligned, shape.gated, lambda s: fi.block_scale_interleave(s).view(swizzle_128x4(s).shape))
     reference = trtllm_prepare(aligned, shape.gated, swizzle_128x4)
@@ -213,30 +214,30 @@ def check_scale_interleave_kernel(shape: MoeShape, backend: MoeBackend, policy: 
 
 @given(shape=moe_shapes())
 @pinned
-def test_flashinfer_accepts(shape: MoeShape, backend: MoeBackend, policy: Nvfp4MoeAlignment) -> None:
+def test_flashinfer_accepts(shape: MoeShape, backend: MoeBackend, policy: MoeAlignment) -> None:
     run_check(check_flashinfer_accepts, shape, backend, policy)
 
 
 @given(shape=moe_shapes())
 @pinned
-def test_padding_invariance(shape: MoeShape, backend: MoeBackend, policy: Nvfp4MoeAlignment) -> None:
+def test_padding_invariance(shape: MoeShape, backend: MoeBackend, policy: MoeAlignment) -> None:
     run_check(check_padding_invariance, shape, backend, policy)
 
 
 @given(shape=moe_shapes())
 @pinned
-def test_layout_contract(shape: MoeShape, backend: MoeBackend, policy: Nvfp4MoeAlignment) -> None:
+def test_layout_contract(shape: MoeShape, backend: MoeBackend, policy: MoeAlignment) -> None:
     run_check(check_layout_contract, shape, backend, policy)
 
 
 @given(shape=moe_shapes())
 @pinned
-def test_minimal_and_idempotent(shape: MoeShape, backend: MoeBackend, policy: Nvfp4MoeAlignment) -> None:
+def test_minimal_and_idempotent(shape: MoeShape, backend: MoeBackend, policy: MoeAlignment) -> None:
     run_check(check_minimal_and_idempotent, shape, backend, policy)
 
 
 @pytest.mark.parametrize("backend", [MoeBackend.FLASHINFER_TRTLLM], ids=["flashinfer-trtllm"])
 @given(shape=moe_shapes())
 @pinned
-def test_prepare_round_trip(shape: MoeShape, backend: MoeBackend, policy: Nvfp4MoeAlignment) -> None:
+def test_prepare_round_trip(shape: MoeShape, backend: MoeBackend, policy: MoeAlignment) -> None:
     run_check(check_prepare_round_trip, shape, backend, policy)

@@ -1,9 +1,10 @@
 """Tensors built from a drawn shape's seed (Hypothesis draws shapes, never tensors).
 
-Random FP4 bytes cover every E2M1 code; E4M3 block-scale bytes stay in ``0x20..0x48``
-(about 0.0078..3.0: finite, positive, no NaN byte 0x7F, no sign bit); NVFP4 global decode scales
-are powers of two. A rank whose real channel count is below its buffer holds zeros in the tail,
-as the whole-block loader leaves it.
+Random FP4 bytes cover every E2M1 code. NVFP4 E4M3 block-scale bytes stay in ``0x20..0x48``
+(about 0.0078..3.0: finite, positive, no NaN byte 0x7F, no sign bit) with power-of-two global
+decode scales; MXFP4 UE8M0 bytes stay in ``118..122`` (2^-9..2^-5, as vLLM's MXFP4 MoE tests
+draw). A rank whose real channel count is below its buffer holds zeros in the tail, as the
+whole-block loader leaves it.
 """
 
 from __future__ import annotations
@@ -12,12 +13,21 @@ from dataclasses import dataclass
 
 import torch
 
-from reference.formats import NVFP4_BLOCK, GlobalScale, Quantized, nvfp4_dequantize
+from reference.formats import (
+    MXFP4_BLOCK,
+    NVFP4_BLOCK,
+    GlobalScale,
+    Quantized,
+    Ue8m0Byte0,
+    Ue8m0Byte255,
+    mxfp4_dequantize,
+    nvfp4_dequantize,
+)
 from reference.padding import unpad_fused_rows
 from strategies.moe import MoeShape
-from subjects.nvfp4_moe import Nvfp4MoeWeights
+from subjects.moe import MoeWeights
 
-SCALE_BYTES = (0x20, 0x48)
+SCALE_BYTES = {NVFP4_BLOCK: (0x20, 0x48), MXFP4_BLOCK: (118, 123)}
 
 
 def generator(seed: int) -> torch.Generator:
@@ -29,54 +39,67 @@ def random_bytes(gen: torch.Generator, *shape: int, low: int = 0, high: int = 25
 
 
 @dataclass(frozen=True)
-class Nvfp4MoeCase:
-    """One rank's NVFP4 MoE layer: weights (``[up; gate]`` FC1), decode scales ``[E]``, inputs."""
+class MoeCase:
+    """One rank's FP4 MoE layer: weights (stacked FC1 halves), decode scales ``[E]``, inputs."""
 
-    weights: Nvfp4MoeWeights
+    weights: MoeWeights
     w13_decode: torch.Tensor
     w2_decode: torch.Tensor
     x: torch.Tensor
     logits: torch.Tensor
 
 
-def nvfp4_moe_case(shape: MoeShape) -> Nvfp4MoeCase:
-    """Build the layer of ``shape`` from ``shape.seed``; channels ``>= real_intermediate`` are zero."""
+def moe_case(shape: MoeShape, block: int) -> MoeCase:
+    """Build the layer of ``shape`` from ``shape.seed`` with ``block``-element scale groups
+    (16 NVFP4, 32 MXFP4); channels ``>= real_intermediate`` are zero, bytes and scales alike."""
     g = generator(shape.seed)
     e, i, h, f = shape.experts, shape.intermediate, shape.hidden, 2 if shape.gated else 1
+    low, high = SCALE_BYTES[block]
     w13 = random_bytes(g, e, f * i, h // 2)
-    w13_scale = random_bytes(g, e, f * i, h // NVFP4_BLOCK, low=SCALE_BYTES[0], high=SCALE_BYTES[1])
+    w13_scale = random_bytes(g, e, f * i, h // block, low=low, high=high)
     w2 = random_bytes(g, e, h, i // 2)
-    w2_scale = random_bytes(g, e, h, i // NVFP4_BLOCK, low=SCALE_BYTES[0], high=SCALE_BYTES[1])
+    w2_scale = random_bytes(g, e, h, i // block, low=low, high=high)
     real = shape.real_intermediate
     if real < i:
         for half in range(f):
             w13[:, half * i + real : (half + 1) * i] = 0
             w13_scale[:, half * i + real : (half + 1) * i] = 0
         w2[..., real // 2 :] = 0
-        w2_scale[..., -(-real // NVFP4_BLOCK) :] = 0
-    w13_decode = torch.ldexp(torch.ones(e), torch.randint(-8, -2, (e,), generator=g))
-    w2_decode = torch.ldexp(torch.ones(e), torch.randint(-8, -2, (e,), generator=g))
+        w2_scale[..., -(-real // block) :] = 0
+    nvfp4 = block == NVFP4_BLOCK
+    w13_decode = torch.ldexp(torch.ones(e), torch.randint(-8, -2, (e,), generator=g)) if nvfp4 else torch.ones(e)
+    w2_decode = torch.ldexp(torch.ones(e), torch.randint(-8, -2, (e,), generator=g)) if nvfp4 else torch.ones(e)
     x = torch.randn(shape.tokens, h, generator=g)
     logits = torch.randn(shape.tokens, e, generator=g)
-    return Nvfp4MoeCase(Nvfp4MoeWeights(w13, w13_scale, w2, w2_scale), w13_decode, w2_decode, x, logits)
+    return MoeCase(MoeWeights(w13, w13_scale, w2, w2_scale, block), w13_decode, w2_decode, x, logits)
 
 
-def real_channels(weights: Nvfp4MoeWeights, gated: bool, real: int) -> Nvfp4MoeWeights:
+def real_channels(weights: MoeWeights, gated: bool, real: int) -> MoeWeights:
     """The weights restricted to the ``real`` channels of each FC1 half and FC2's K."""
     f = 2 if gated else 1
     i = weights.intermediate_size
-    return Nvfp4MoeWeights(
+    return MoeWeights(
         w13=unpad_fused_rows(weights.w13, f, real) if real < i else weights.w13,
         w13_scale=unpad_fused_rows(weights.w13_scale, f, real) if real < i else weights.w13_scale,
         w2=weights.w2[..., : real // 2],
-        w2_scale=weights.w2_scale[..., : real // NVFP4_BLOCK],
+        w2_scale=weights.w2_scale[..., : real // weights.block],
+        block=weights.block,
     )
 
 
 def dequantize_moe(
-    weights: Nvfp4MoeWeights, w13_decode: torch.Tensor, w2_decode: torch.Tensor
+    weights: MoeWeights, w13_decode: torch.Tensor, w2_decode: torch.Tensor
 ) -> tuple[torch.Tensor, torch.Tensor]:
-    """fp32 ``(w13 [E, F·I, H], w2 [E, H, I])`` with per-expert decode global scales."""
-    w13 = nvfp4_dequantize(Quantized(weights.w13, weights.w13_scale), w13_decode[:, None, None], GlobalScale.DECODE)
-    w2 = nvfp4_dequantize(Quantized(weights.w2, weights.w2_scale), w2_decode[:, None, None], GlobalScale.DECODE)
-    return w13, w2
+    """fp32 ``(w13 [E, F·I, H], w2 [E, H, I])``.
+
+    NVFP4: E4M3 scales times per-expert decode global scales. MXFP4: UE8M0 scales decoded the
+    OCP way (zero-padded blocks carry byte 0 = 2^-127, finite, so their zero codes stay 0).
+    """
+
+    def deq(packed: torch.Tensor, scales: torch.Tensor, decode: torch.Tensor) -> torch.Tensor:
+        q = Quantized(packed, scales)
+        if weights.block == NVFP4_BLOCK:
+            return nvfp4_dequantize(q, decode[:, None, None], GlobalScale.DECODE)
+        return mxfp4_dequantize(q, Ue8m0Byte0.POW2, Ue8m0Byte255.NAN)
+
+    return deq(weights.w13, weights.w13_scale, w13_decode), deq(weights.w2, weights.w2_scale, w2_decode)
