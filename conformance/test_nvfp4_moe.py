@@ -13,10 +13,10 @@ from __future__ import annotations
 
 import pytest
 import torch
-from hypothesis import event, example, given
+from hypothesis import example, given
 
 from adapters import flashinfer as fi
-from harness.repro import check, run_check
+from harness.repro import check, record_event, run_check
 from reference.formats import NVFP4_BLOCK, GlobalScale, nvfp4_dequantize, nvfp4_quantize
 from reference.layouts import inverse_permutation, swizzle_128x4, unswizzle_128x4
 from reference.moe import GateUpOrder, moe_reference, route
@@ -55,7 +55,7 @@ def align(shape: MoeShape, backend: MoeBackend, policy: MoeAlignment) -> tuple[A
         aligned = policy.align_moe(backend, case.weights, shape.gated)
     except UnsupportedConfig as exc:
         raise AssertionError(f"policy refused a shape real models produce ({shape.describe()}): {exc}") from exc
-    event(f"I {shape.intermediate} -> {aligned.intermediate_size}, H {shape.hidden} -> {aligned.hidden_size}")
+    record_event(f"I {shape.intermediate} -> {aligned.intermediate_size}, H {shape.hidden} -> {aligned.hidden_size}")
     return aligned, case
 
 

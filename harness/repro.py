@@ -24,7 +24,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from hypothesis import note
+from hypothesis import currently_in_test_context, event, note, target
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -67,6 +67,18 @@ class Context:
 
 CONTEXT = Context()
 LAST_FAILURE: dict[str, Reproduction] = {}
+
+
+def record_event(text: str) -> None:
+    """``hypothesis.event`` inside a Hypothesis test, nothing in a standalone reproduction."""
+    if currently_in_test_context():
+        event(text)
+
+
+def record_target(value: float, label: str) -> None:
+    """``hypothesis.target`` inside a Hypothesis test (steers generation towards large ``value``)."""
+    if currently_in_test_context():
+        target(value, label=label)
 
 
 def check(contract: str, config: type) -> Callable[[Callable[..., None]], Callable[..., None]]:

@@ -1,0 +1,194 @@
+"""Self-tests of the pytest plugin: options, profiles, worker-to-device mapping, reproductions.
+
+The end-to-end tests run the real conformance suite in a subprocess (``python -m pytest``) on
+one property and assert on its exit status and output.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from harness import devices, profiles
+from harness.repro import Reproduction
+from subjects.registry import SubjectError, known_bad, resolve
+
+ROOT = Path(__file__).resolve().parent.parent
+NVFP4 = "conformance/test_nvfp4_moe.py"
+
+
+def run_pytest(*args: str, tmp_path: Path, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
+    full_env = {**os.environ, "FP4_PROFILE": "ci", **(env or {})}
+    full_env.pop("PYTEST_XDIST_WORKER", None)
+    cmd = [
+        sys.executable,
+        "-m",
+        "pytest",
+        "-p",
+        "no:cacheprovider",
+        "-q",
+        "--results",
+        str(tmp_path / "results"),
+        *args,
+    ]
+    return subprocess.run(cmd, cwd=ROOT, env=full_env, capture_output=True, text=True, timeout=600)
+
+
+# --- worker -> device mapping --------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("gpus", "cpus", "want"),
+    [pytest.param(0, 2, 2, id="cpu-host"), pytest.param(2, 32, 2, id="2-gpus"), pytest.param(8, 128, 8, id="8-gpus")],
+)
+def test_auto_workers_one_per_gpu(gpus: int, cpus: int, want: int) -> None:
+    assert devices.auto_workers(gpus, cpus) == want
+
+
+def test_workers_map_to_distinct_devices() -> None:
+    visible = devices.visible_devices({}, 2)
+    assert [devices.device_for_worker(f"gw{i}", visible) for i in range(4)] == ["0", "1", "0", "1"]
+
+
+def test_visibility_mask_is_respected() -> None:
+    visible = devices.visible_devices({"CUDA_VISIBLE_DEVICES": "3,5"}, 2)
+    assert devices.device_for_worker("gw1", visible) == "5"
+
+
+def test_pin_worker_sets_both_visibility_variables() -> None:
+    env = {"PYTEST_XDIST_WORKER": "gw3"}
+    assert devices.pin_worker(env, gpus=2) == "1"
+    assert env["CUDA_VISIBLE_DEVICES"] == env["HIP_VISIBLE_DEVICES"] == "1"
+
+
+def test_no_pinning_outside_xdist_or_without_gpus() -> None:
+    assert devices.pin_worker({}, gpus=2) is None
+    env = {"PYTEST_XDIST_WORKER": "gw0"}
+    assert devices.pin_worker(env, gpus=0) is None
+    assert "CUDA_VISIBLE_DEVICES" not in env
+
+
+# --- profiles --------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("option", "env", "want"),
+    [
+        pytest.param(None, {}, "dev", id="default"),
+        pytest.param(None, {"CI": "1"}, "ci", id="ci-env"),
+        pytest.param(None, {"FP4_PROFILE": "nightly"}, "nightly", id="env-var"),
+        pytest.param("triage", {"FP4_PROFILE": "nightly"}, "triage", id="option-wins"),
+    ],
+)
+def test_profile_selection(option: str | None, env: dict[str, str], want: str) -> None:
+    assert profiles.selected_profile(option, env) == want
+
+
+def test_unknown_profile_is_a_clear_error() -> None:
+    with pytest.raises(ValueError, match="unknown Hypothesis profile 'fast'"):
+        profiles.selected_profile("fast", {})
+
+
+def test_nightly_profile_uses_the_given_database(tmp_path: Path) -> None:
+    from hypothesis import settings
+
+    profiles.register_profiles(str(tmp_path / "db"))
+    try:
+        nightly = settings.get_profile("nightly")
+        assert nightly.max_examples >= 500 and nightly.deadline is None
+        assert str(tmp_path / "db") in repr(nightly.database)
+        assert settings.get_profile("ci").derandomize
+    finally:
+        profiles.register_profiles()
+
+
+# --- subjects ----------------------------------------------------------------------------------
+
+
+def test_every_known_bad_subject_names_the_bug_it_reproduces() -> None:
+    assert known_bad(), "no known-bad subjects registered"
+    for name, subject in known_bad().items():
+        assert subject.reproduces, f"{name} does not say which bug it reproduces"
+
+
+def test_unknown_subject_lists_the_known_ones() -> None:
+    with pytest.raises(SubjectError, match="known subjects: .*bad-end-padding"):
+        resolve("bad-typo")
+
+
+def test_wrong_import_path_is_a_clear_error() -> None:
+    with pytest.raises(SubjectError, match="cannot import module 'no_such_engine.moe'"):
+        resolve("no_such_engine.moe:align")
+    with pytest.raises(SubjectError, match="has no attribute 'nope'"):
+        resolve("subjects.nvfp4_moe:nope")
+
+
+# --- end to end ---------------------------------------------------------------------------------
+
+
+def test_cli_rejects_unknown_subject_backend_and_model(tmp_path: Path) -> None:
+    for args, message in (
+        (["--subject", "no_such_engine.moe:align"], "cannot import module 'no_such_engine.moe'"),
+        (["--backend", "flashinfer-trtlm"], "unknown backend(s) flashinfer-trtlm"),
+        (["--model", "gemma-5"], "is not catalogued"),
+    ):
+        result = run_pytest(NVFP4, *args, tmp_path=tmp_path)
+        assert result.returncode == 4, result.stdout + result.stderr
+        assert message in result.stderr, result.stderr
+
+
+def test_external_policy_by_import_path(tmp_path: Path) -> None:
+    (tmp_path / "my_engine.py").write_text(
+        "from subjects.nvfp4_moe import BuiltinNvfp4MoeAlignment\n\n"
+        "class MyAlignment(BuiltinNvfp4MoeAlignment):\n    pass\n\npolicy = MyAlignment()\n"
+    )
+    result = run_pytest(
+        NVFP4,
+        "-k",
+        "padding_invariance",
+        "--subject",
+        "my_engine:policy",
+        tmp_path=tmp_path,
+        env={"PYTHONPATH": str(tmp_path)},
+    )
+    assert result.returncode == 0, result.stdout[-3000:]
+    assert "2 passed" in result.stdout
+
+
+def test_known_bad_failure_writes_a_reproduction_that_fails_the_same_way(tmp_path: Path) -> None:
+    result = run_pytest(
+        NVFP4,
+        "-k",
+        "padding_invariance and trtllm",
+        "--subject",
+        "bad-end-padding",
+        "--model",
+        "gemma-4-26b-a4b",
+        "--tp",
+        "2",
+        tmp_path=tmp_path,
+    )
+    assert result.returncode == 1, result.stdout[-3000:]
+    assert "reproduce: python -m harness.repro conformance.test_nvfp4_moe:check_padding_invariance" in result.stdout
+    scripts = list((tmp_path / "results" / "repro").glob("*.py"))
+    assert len(scripts) == 1
+    rerun = subprocess.run([sys.executable, str(scripts[0])], capture_output=True, text=True, timeout=300)
+    assert rerun.returncode != 0
+    assert "padding changed the MoE output" in rerun.stderr
+
+
+def test_summary_table_reports_contract_backend_hardware(tmp_path: Path) -> None:
+    result = run_pytest(NVFP4, "-k", "layout_contract", tmp_path=tmp_path)
+    assert result.returncode == 0, result.stdout[-3000:]
+    assert "fp4 conformance summary (contract x backend x hardware)" in result.stdout
+    assert (tmp_path / "results" / "summary.json").exists()
+
+
+def test_reproduction_command_round_trips() -> None:
+    r = Reproduction("conformance.test_nvfp4_moe:check_layout_contract", "builtin", "flashinfer-cutlass", {"a": 1})
+    assert r.command().startswith("python -m harness.repro conformance.test_nvfp4_moe:check_layout_contract")
+    assert "--backend flashinfer-cutlass" in r.command()
