@@ -116,12 +116,12 @@ def test_every_known_bad_subject_names_the_bug_it_reproduces() -> None:
 
 
 def test_unknown_subject_lists_the_known_ones() -> None:
-    with pytest.raises(SubjectError, match="known subjects: .*bad-end-padding"):
+    with pytest.raises(SubjectError, match=r"known subjects: .*bad-end-padding"):
         resolve("bad-typo")
 
 
 def test_wrong_import_path_is_a_clear_error() -> None:
-    with pytest.raises(SubjectError, match="cannot import module 'no_such_engine.moe'"):
+    with pytest.raises(SubjectError, match=r"cannot import module 'no_such_engine\.moe'"):
         resolve("no_such_engine.moe:align")
     with pytest.raises(SubjectError, match="has no attribute 'nope'"):
         resolve("subjects.nvfp4_moe:nope")
