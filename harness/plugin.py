@@ -16,6 +16,7 @@ skipped with a reason that names what is missing.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 from collections import Counter, defaultdict
@@ -199,6 +200,17 @@ def summary_rows() -> list[dict[str, object]]:
             }
         )
     return rows
+
+
+def pytest_sessionfinish(session: pytest.Session) -> None:
+    """Write this process's per-test example statistics (read by ``python -m bench``)."""
+    if not repro.STATS:
+        return
+    results: Path = session.config.fp4_results
+    results.mkdir(parents=True, exist_ok=True)
+    worker = os.environ.get("PYTEST_XDIST_WORKER", "main")
+    stats = {node: dataclasses.asdict(s) for node, s in repro.STATS.items()}
+    (results / f"stats-{worker}.json").write_text(json.dumps(stats, indent=1))
 
 
 def pytest_terminal_summary(terminalreporter, exitstatus: int, config: pytest.Config) -> None:

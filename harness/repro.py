@@ -19,6 +19,7 @@ import json
 import os
 import shlex
 import sys
+import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -65,8 +66,21 @@ class Context:
     inflight_dir: Path | None = None
 
 
+@dataclass
+class NodeStats:
+    """Per-test bookkeeping for the benchmark: examples run, and when the first failure came."""
+
+    examples: int = 0
+    seconds: float = 0.0  # wall time from the first example to the last one's end
+    started: float = 0.0
+    first_failure_example: int | None = None
+    first_failure_seconds: float | None = None
+    counterexample: str | None = None
+
+
 CONTEXT = Context()
 LAST_FAILURE: dict[str, Reproduction] = {}
+STATS: dict[str, NodeStats] = {}
 
 
 def record_event(text: str) -> None:
@@ -102,17 +116,25 @@ def run_check(
         config.to_dict(),
     )
     describe = getattr(config, "describe", None)
-    note(f"config: {describe() if describe else config}")
+    summary = describe() if describe else str(config)
+    note(f"config: {summary}")
     note(f"reproduce: {repro.command()}")
+    stats = STATS.setdefault(CONTEXT.nodeid, NodeStats(started=time.perf_counter()))
+    stats.examples += 1
     inflight = _write_inflight(repro) if kernel else None
     try:
         fn(config, backend, policy)
     except BaseException as exc:
         LAST_FAILURE[CONTEXT.nodeid] = repro
+        stats.counterexample = summary
+        if stats.first_failure_example is None:
+            stats.first_failure_example = stats.examples
+            stats.first_failure_seconds = time.perf_counter() - stats.started
         if hasattr(exc, "add_note"):
             exc.add_note(f"reproduce: {repro.command()}")
         raise
     finally:
+        stats.seconds = time.perf_counter() - stats.started
         if inflight is not None:
             inflight.unlink(missing_ok=True)
 

@@ -1,0 +1,205 @@
+"""Detection power and speed: the suite against the fixed grids of the libraries' own tests.
+
+Three measurements, written as Markdown and JSON under ``--out``:
+
+1. **Suite.** For every shipped known-bad subject and every seed, the conformance suite runs in
+   a fresh pytest process under the ``bench`` Hypothesis profile (no database, no ``@example``
+   pins: generation alone), and the plugin's per-test statistics give the examples and wall
+   seconds until each property's first failure and the shrunk counterexample.
+2. **Fixed grids.** Every grid of :mod:`bench.grids` (shapes from FlashInfer's and vLLM's test
+   files, named there) is mapped to the contract's configuration and every check of the
+   contract runs on it in-process; a subject is caught by a grid if any check fails on any point.
+3. **Throughput.** Examples per second per property for the built-in subject under ``ci``.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import importlib
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Callable, Iterable
+from pathlib import Path
+from typing import Any
+
+from harness.hardware import machine
+from subjects.registry import Subject, backends, known_bad, named_subjects
+
+ROOT = Path(__file__).resolve().parent.parent
+CHECK_MODULES = (
+    "conformance.test_nvfp4_moe",
+    "conformance.test_mxfp4_moe",
+    "conformance.test_mxfp4_linear",
+    "conformance.test_shared_expert",
+)
+
+
+def run_suite(subject: str, seed: int, profile: str, extra: Iterable[str] = ()) -> dict[str, dict[str, Any]]:
+    """Run the conformance suite once for ``subject``; returns the plugin's per-test statistics."""
+    with tempfile.TemporaryDirectory() as tmp:
+        cmd = [
+            sys.executable, "-m", "pytest", "conformance", "-q", "-p", "no:cacheprovider", "-p", "no:xdist",
+            "--subject", subject, "--hypothesis-profile", profile, f"--hypothesis-seed={seed}",
+            "--results", tmp, *extra,
+        ]  # fmt: skip
+        env = {**os.environ, "PYTHONPATH": str(ROOT)}
+        subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=3600)
+        stats: dict[str, dict[str, Any]] = {}
+        for path in Path(tmp).glob("stats-*.json"):
+            stats.update(json.loads(path.read_text()))
+        return stats
+
+
+@dataclasses.dataclass
+class Detection:
+    """How the suite found one known-bad subject over several seeds."""
+
+    subject: str
+    reproduces: str
+    caught_seeds: int
+    seeds: int
+    examples: list[int]
+    seconds: list[float]
+    property: str | None
+    counterexample: str | None
+
+    def row(self) -> dict[str, Any]:
+        med = (lambda xs: statistics.median(xs) if xs else None)
+        return {
+            "subject": self.subject,
+            "reproduces": self.reproduces,
+            "caught": f"{self.caught_seeds}/{self.seeds}",
+            "median_examples": med(self.examples),
+            "worst_examples": max(self.examples, default=None),
+            "median_seconds": med(self.seconds),
+            "worst_seconds": max(self.seconds, default=None),
+            "first_property": self.property,
+            "shrunk_counterexample": self.counterexample,
+        }
+
+
+def detect(subject: Subject, seeds: list[int], extra: Iterable[str] = ()) -> Detection:
+    """Per seed, the earliest-failing property (fewest examples) and its examples and seconds."""
+    examples, seconds, best = [], [], None
+    for seed in seeds:
+        stats = run_suite(subject.name, seed, "bench", extra)
+        failing = [(s["first_failure_example"], node, s) for node, s in stats.items() if s["first_failure_example"]]
+        if not failing:
+            continue
+        n, node, s = min(failing, key=lambda t: (t[0], t[2]["first_failure_seconds"]))
+        examples.append(n)
+        seconds.append(round(s["first_failure_seconds"], 3))
+        best = best or (node, s["counterexample"])
+    return Detection(
+        subject.name, subject.reproduces, len(examples), len(seeds), examples, seconds,
+        best[0] if best else None, best[1] if best else None,
+    )  # fmt: skip
+
+
+def checks_of(contract: str) -> list[Callable[..., None]]:
+    """Every ``@check`` function of ``contract`` in the conformance modules that exist."""
+    found = []
+    for module_name in CHECK_MODULES:
+        try:
+            module = importlib.import_module(module_name)
+        except ModuleNotFoundError:
+            continue
+        for fn in vars(module).values():
+            if getattr(fn, "__fp4_check__", (None,))[0] == contract:
+                found.append(fn)
+    return found
+
+
+def grid_catches(subject: Subject, contract: str, configs: list[Any]) -> tuple[bool, str | None]:
+    """Whether any check of ``contract`` fails for ``subject`` on any grid configuration.
+
+    Checks that need absent hardware or libraries raise ``LibraryUnavailable`` and count as not run.
+    """
+    from adapters.flashinfer import LibraryUnavailable
+
+    policy = subject.policy(contract)
+    for config in configs:
+        for fn in checks_of(contract):
+            for backend in backends(contract) or (None,):
+                try:
+                    fn(config, backend, policy)
+                except LibraryUnavailable:
+                    continue
+                except Exception as exc:  # noqa: BLE001 - any failure of a check is a catch
+                    return True, f"{fn.__name__}[{getattr(backend, 'value', '-')}] on {config}: {type(exc).__name__}"
+    return False, None
+
+
+def throughput(seed: int = 0) -> list[dict[str, Any]]:
+    """Examples per second per property for the built-in subject under the ``ci`` profile."""
+    stats = run_suite("builtin", seed, "ci")
+    rows = []
+    for node, s in sorted(stats.items()):
+        if s["examples"]:
+            rows.append(
+                {"property": node, "examples": s["examples"], "seconds": round(s["seconds"], 3),
+                 "examples_per_second": round(s["examples"] / max(s["seconds"], 1e-9), 1)}
+            )  # fmt: skip
+    return rows
+
+
+def markdown(report: dict[str, Any]) -> str:
+    """Render the report as Markdown tables."""
+    out = [f"# fp4-conformance bench ({report['machine']}, {report['date']})", ""]
+    out += ["## Known-bad subjects: the suite (generation only, no pinned examples)", ""]
+    out += ["| subject | reproduces | caught | median / worst examples | median / worst s | first property |"]
+    out += ["|---|---|---|---|---|---|"]
+    for r in report["suite"]:
+        out.append(
+            f"| {r['subject']} | {r['reproduces']} | {r['caught']} | {r['median_examples']} / {r['worst_examples']} "
+            f"| {r['median_seconds']} / {r['worst_seconds']} | `{r['first_property']}` |"
+        )
+    out += ["", "Shrunk counterexamples:", ""]
+    out += [f"- {r['subject']}: {r['shrunk_counterexample']}" for r in report["suite"]]
+    out += ["", "## Fixed grids: which known-bad subjects each catches", ""]
+    names = [r["subject"] for r in report["suite"]]
+    out += ["| grid | source | points | " + " | ".join(names) + " |", "|---|---|---|" + "---|" * len(names)]
+    for g in report["grids"]:
+        cells = " | ".join(g["catches"].get(n, "n/a") for n in names)
+        out.append(f"| {g['name']} | {g['source']} | {g['points']} | {cells} |")
+    out += ["", "## Throughput (built-in subject, ci profile)", "", "| property | examples | s | examples/s |"]
+    out += ["|---|---|---|---|"]
+    out += [f"| `{t['property']}` | {t['examples']} | {t['seconds']} | {t['examples_per_second']} |" for t in report["throughput"]]
+    return "\n".join(out) + "\n"
+
+
+def run(seeds: list[int], out: Path, quick: bool, subjects: list[str] | None = None) -> dict[str, Any]:
+    """Run all three measurements; write ``bench.md`` and ``bench.json`` into ``out``."""
+    from bench.grids_adapter import grid_configs
+
+    bad = known_bad()
+    chosen = [bad[n] if n in bad else named_subjects()[n] for n in subjects] if subjects else list(bad.values())
+    suite = [detect(s, seeds).row() for s in chosen]
+    grids = []
+    for grid, contract, configs in grid_configs():
+        catches = {}
+        for s in chosen:
+            if s.policy(contract) is None:
+                continue
+            caught, how = grid_catches(s, contract, configs)
+            catches[s.name] = "caught" if caught else "missed"
+            if how:
+                catches[s.name + ":how"] = how
+        grids.append({"name": grid.name, "source": grid.source, "points": len(configs), "catches": catches})
+    report = {
+        "machine": machine().describe(),
+        "date": time.strftime("%Y-%m-%d %H:%M"),
+        "seeds": seeds,
+        "suite": suite,
+        "grids": grids,
+        "throughput": [] if quick else throughput(),
+    }
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "bench.json").write_text(json.dumps(report, indent=2))
+    (out / "bench.md").write_text(markdown(report))
+    return report
