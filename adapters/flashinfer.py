@@ -172,8 +172,9 @@ def nvfp4_moe_violations(backend: str, intermediate: int, hidden: int, gated: bo
     numel, because the prep views them back as ``[rows, K/16]`` (``Ip % 64`` and ``Hp % 64``);
     and FlashInfer 0.7.4 documents that NVFP4 hidden sizes must be multiples of 256.
     ``flashinfer-cutlass``: the 128x4 swizzle of the FC1 scales must add no rows (vLLM raises
-    for gated layers and would have to pad non-gated ones), ``Ip % 16`` and ``Hp % 64``
-    (``prepare_cutlass_nvfp4_weights``). Returns an empty list when every rule holds.
+    for gated layers and would have to pad non-gated ones), and ``Ip % 16``, ``Hp % 16`` (TMA
+    alignment for FP4 activations; FlashInfer's tests run H = 160, 288). Returns an empty list
+    when every rule holds.
     """
     from reference.sizes import round_up
 
@@ -209,8 +210,8 @@ def nvfp4_moe_violations(backend: str, intermediate: int, hidden: int, gated: bo
             )
         if intermediate % 16:
             problems.append(f"intermediate size {intermediate} is not a multiple of 16")
-        if hidden % 64:
-            problems.append(f"hidden size {hidden} is not a multiple of 64 (linear input-scale row stride)")
+        if hidden % 16:
+            problems.append(f"hidden size {hidden} is not a multiple of 16 (TMA alignment of FP4 activations)")
     else:
         raise ValueError(f"unknown NVFP4 MoE backend {backend!r}")
     return problems

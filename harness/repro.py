@@ -64,6 +64,7 @@ class Context:
     nodeid: str = ""
     subject: str = "builtin"
     inflight_dir: Path | None = None
+    known_failures: tuple[Any, ...] = ()
 
 
 @dataclass
@@ -78,9 +79,14 @@ class NodeStats:
     counterexample: str | None = None
 
 
+class KnownFailureFixed(AssertionError):
+    """A configuration listed as a known upstream bug no longer fails: the ledger needs updating."""
+
+
 CONTEXT = Context()
 LAST_FAILURE: dict[str, Reproduction] = {}
 STATS: dict[str, NodeStats] = {}
+EXPECTED_FAILURES: dict[str, int] = {}
 
 
 def record_event(text: str) -> None:
@@ -122,8 +128,13 @@ def run_check(
     stats = STATS.setdefault(CONTEXT.nodeid, NodeStats(started=time.perf_counter()))
     stats.examples += 1
     inflight = _write_inflight(repro) if kernel else None
+    contract = fn.__fp4_check__[0]
+    known = next((k for k in CONTEXT.known_failures if k.matches(contract, fn.__name__, repro.backend, config)), None)
     try:
-        fn(config, backend, policy)
+        if known is not None:
+            _expect_failure(fn, config, backend, policy, known)
+        else:
+            fn(config, backend, policy)
     except BaseException as exc:
         LAST_FAILURE[CONTEXT.nodeid] = repro
         stats.counterexample = summary
@@ -137,6 +148,20 @@ def run_check(
         stats.seconds = time.perf_counter() - stats.started
         if inflight is not None:
             inflight.unlink(missing_ok=True)
+
+
+def _expect_failure(fn: Callable[..., None], config: Any, backend: Any, policy: Any, known: Any) -> None:
+    """Run a check that a known upstream bug makes fail; raise if it unexpectedly passes."""
+    try:
+        fn(config, backend, policy)
+    except Exception:
+        EXPECTED_FAILURES[known.link] = EXPECTED_FAILURES.get(known.link, 0) + 1
+        record_event(f"expected failure: {known.link}")
+        return
+    raise KnownFailureFixed(
+        f"known upstream bug {known.link} ({known.reason}) no longer fails here: "
+        "remove it from the subject's known_failures"
+    )
 
 
 def _write_inflight(repro: Reproduction) -> Path | None:

@@ -30,10 +30,12 @@ def required_sizes(backend: MoeBackend, intermediate: int, hidden: int, gated: b
     a multiple of 4 (the swizzled scale is viewed back as ``[rows, Ip/16]``), so ``Ip = ru(I, 64)``
     gated and ``ru(I, 128)`` non-gated; ``Hp = ru(H, 256)`` (FlashInfer 0.7.4: NVFP4 hidden must
     be a multiple of 256). CUTLASS: the 128x4 swizzle must add no FC1 rows, so the same ``Ip``;
-    hidden only needs ``H % 64`` (linear input-scale row stride).
+    hidden only needs the kernel's TMA alignment for FP4 activations, ``H % 16`` (FlashInfer's own
+    tests run H = 160 and 288; its ``prepare_cutlass_nvfp4_weights`` helper asks ``H % 64``, but
+    vLLM does not use that helper).
     """
     ip = round_up(intermediate, 64 if gated else 128)
-    hp = round_up(hidden, 256 if backend is MoeBackend.FLASHINFER_TRTLLM else 64)
+    hp = round_up(hidden, 256 if backend is MoeBackend.FLASHINFER_TRTLLM else 16)
     return ip, hp
 
 

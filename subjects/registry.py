@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import enum
 import importlib
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -35,12 +35,27 @@ class SubjectError(ValueError):
 
 @dataclass(frozen=True)
 class KnownFailure:
-    """An upstream bug a subject is known to have: the property it fails and the reference."""
+    """An upstream bug a subject is known to have, as a predicate over drawn configurations.
+
+    A check of ``contract`` (``check`` names one ``check_*`` function, None means any) on
+    ``backend`` (None: any) whose configuration satisfies ``applies`` is expected to fail: the
+    failure is recorded as expected, and a pass raises an alert that the bug is fixed.
+    """
 
     contract: str
-    property: str
     reason: str
     link: str
+    applies: Callable[[Any], bool]
+    backend: str | None = None
+    check: str | None = None
+
+    def matches(self, contract: str, check: str, backend: str | None, config: Any) -> bool:
+        return (
+            self.contract == contract
+            and self.check in (None, check)
+            and self.backend in (None, backend)
+            and self.applies(config)
+        )
 
 
 @dataclass(frozen=True)
