@@ -1,0 +1,391 @@
+"""Contract ``mxfp4_linear``: AITER ASM-GEMM guard, Triton fallback and their numerical conformance.
+
+For every MXFP4 linear layer a catalogued model holds on a rank (and adversarial ones), the
+policy under test sends the layer to AITER's ASM FP4 GEMM only when its weight-scale shape can be
+swizzled without padding (and the ASM kernel is not known to be wrong there), otherwise prepares
+the Triton layout, and both layouts compute the dequantized reference. Pinned regressions
+(``@example``): the Qwen3.8-Flash-Next shared-expert ``down_proj`` scales (2560, 20) and
+(2560, 10) and the GDN ``in_proj_ba`` scales (96 | 48 | 24 | 12, 160) of vLLM PR #55213 / #58139,
+plus vLLM's own guard truth table (``tests/kernels/quantization/test_rocm_mxfp4.py``).
+
+Kernel checks (gfx950 + aiter) run the real ``gemm_a4w4`` and ``gemm_afp4wfp4`` on the prepared
+tensors; everything else is pure torch on CPU.
+"""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+from hypothesis import example, given
+
+from adapters import aiter as aiter_kernels
+from harness.repro import check, record_event, run_check
+from reference.errors import ShapeContractError
+from reference.formats import (
+    MXFP4_BLOCK,
+    MxScaleRounding,
+    Quantized,
+    mxfp4_dequantize,
+    mxfp4_quantize,
+)
+from reference.layouts import aiter_e8m0_unshuffle, aiter_unshuffle_weight, asm_scale_swizzle_ok, vllm_asm_scale_swizzle
+from reference.linear import exact_matmul, mxfp4_linear
+from strategies.linear import (
+    RCEIL_EVEN_BAND,
+    ActivationBlocks,
+    Mxfp4LinearShape,
+    Parallel,
+    ScaleShapeCase,
+    activation_blocks,
+    activation_row,
+    linear_shapes,
+    mxfp4_linear_case,
+    pinned_linear,
+    scale_shapes,
+)
+from subjects.mxfp4_linear import (
+    ASM_FORCE_TRITON_SCALE_ROWS,
+    CONTRACT,
+    AiterLinearPath,
+    Mxfp4LinearKernelSelection,
+    PreparedMxfp4Linear,
+)
+
+pytestmark = [pytest.mark.contract(CONTRACT)]
+
+ASM, TRITON = AiterLinearPath.ASM, AiterLinearPath.TRITON
+
+REFERENCE_ACT_ROUNDING = {ASM: MxScaleRounding.RCEIL, TRITON: MxScaleRounding.EVEN}
+"""What AITER's activation quantizers do (formats.md §7): HIP ``per_1x32_f4_quant_hip`` RoundUp since
+AITER PR #3212 (2026-06-02), Triton ``dynamic_mxfp4_quant`` Even (hard-coded)."""
+
+VLLM_GUARD_TABLE = (
+    ((2560, 80), True),  # shared_expert gate/up_proj
+    ((1280, 80), True),  # gate/up_proj at TP2
+    ((2560, 8), True),  # minimal aligned columns
+    ((32, 8), True),  # minimal aligned rows and columns
+    ((2560, 20), False),  # shared_expert down_proj, in 640
+    ((2560, 10), False),  # down_proj at TP2, in 320: the '[80, 2, 16, 1, 2, 4, 1]' crash
+    ((30, 8), False),  # rows not a multiple of 32
+    ((96, 160), False),  # Qwen3.8 TP1 GDN in_proj_ba (vLLM PR #58139)
+    ((128, 160), True),  # rows % 32 == 0 and rows != 96
+    ((2560,), False),  # non-2-D scales are rejected
+    ((80, 2, 16), False),
+)
+"""vLLM's unit tests of ``_asm_fp4_scale_swizzle_supported`` (``vllm-logic.md`` §11)."""
+
+GDN_SCALES = ((48, 160), (24, 160), (12, 160))
+"""Qwen3.8 GDN ``in_proj_ba`` (out 96, K 5120) at TP 2 / 4 / 8: rows fail the 32 rule (vLLM PR #55213)."""
+
+REGRESSIONS = (
+    pinned_linear("qwen3.8-flash-next", "shared_expert.down_proj", 1),  # scale (2560, 20)
+    pinned_linear("qwen3.8-flash-next", "shared_expert.down_proj", 8, Parallel.REPLICATED),  # TP8+EP replicated
+    pinned_linear("qwen3.8-flash-next", "shared_expert.down_proj", 2),  # scale (2560, 10)
+    pinned_linear("qwen3.8-flash-next", "shared_expert.gate_up_proj", 2),  # scale (640, 80): ASM
+    pinned_linear("qwen3.8-flash-next", "linear_attn.in_proj_ba", 1, tokens=8),  # scale (96, 160)
+    pinned_linear("qwen3.8-flash-next", "linear_attn.in_proj_ba", 2),  # scale (48, 160)
+    pinned_linear("qwen3.8-flash-next", "linear_attn.in_proj_ba", 4),  # scale (24, 160)
+    pinned_linear("qwen3.8-flash-next", "linear_attn.in_proj_ba", 8, tokens=1),  # scale (12, 160)
+)
+
+
+def pinned(test):
+    """Apply every pinned regression layer as an ``@example`` (they run in the listed order)."""
+    for shape in reversed(REGRESSIONS):
+        test = example(shape=shape)(test)
+    return test
+
+
+def pinned_scale_shapes(test):
+    """vLLM's guard truth table and the regression scale shapes as ``@example``s (run in the listed order)."""
+    cases = [ScaleShapeCase(s, "vLLM guard unit test") for s, _ in VLLM_GUARD_TABLE]
+    cases += [ScaleShapeCase(s, "Qwen3.8 GDN in_proj_ba at TP 2/4/8") for s in GDN_SCALES]
+    for case in reversed(cases):
+        test = example(case=case)(test)
+    return test
+
+
+def asm_supported(scale_shape: tuple[int, ...]) -> bool:
+    """The contract's predicate: 2-D, the unpadded swizzle valid, and not a row count ASM gets wrong."""
+    return (
+        len(scale_shape) == 2
+        and asm_scale_swizzle_ok(*scale_shape)
+        and scale_shape[0] not in ASM_FORCE_TRITON_SCALE_ROWS
+    )
+
+
+def swizzle_error(scale_shape: tuple[int, ...]) -> str | None:
+    """The reference ASM swizzle's error on a scale of ``scale_shape`` (None if it accepts it)."""
+    try:
+        vllm_asm_scale_swizzle(torch.empty(scale_shape, dtype=torch.uint8))
+    except ShapeContractError as exc:
+        return str(exc)
+    return None
+
+
+@check(CONTRACT, ScaleShapeCase)
+def check_asm_guard_truth_table(case: ScaleShapeCase, backend: None, policy: Mxfp4LinearKernelSelection) -> None:
+    """The guard accepts a scale shape exactly when the unpadded ASM swizzle takes it (and its rows are
+    not ones the ASM GEMM is known to get wrong): both directions."""
+    shape = tuple(case.shape)
+    error = swizzle_error(shape)
+    assert (error is None) == (len(shape) == 2 and asm_scale_swizzle_ok(*shape)), (
+        f"reference inconsistency: asm_scale_swizzle_ok and vllm_asm_scale_swizzle disagree on {shape}"
+    )
+    got = bool(policy.use_asm_gemm(shape))
+    record_event(f"guard {'ASM' if got else 'Triton'}")
+    if got and error is not None:
+        raise AssertionError(f"guard sends scale {shape} to the ASM GEMM, whose unpadded swizzle fails: {error}")
+    if got and shape[0] in ASM_FORCE_TRITON_SCALE_ROWS:
+        raise AssertionError(
+            f"guard sends scale {shape} to the ASM GEMM, which is numerically wrong for {shape[0]}-row scales at "
+            "M <= 64 (vLLM PR #58139): it must fall back to Triton"
+        )
+    assert got or not asm_supported(shape), (
+        f"guard falls back to Triton for scale {shape}, which the ASM path handles (needless slow path)"
+    )
+
+
+@given(case=scale_shapes())
+@pinned_scale_shapes
+def test_asm_guard_truth_table(case: ScaleShapeCase, policy: Mxfp4LinearKernelSelection) -> None:
+    run_check(check_asm_guard_truth_table, case, None, policy)
+
+
+def process(policy: Mxfp4LinearKernelSelection, n: int, k: int, asm_enabled: bool) -> PreparedMxfp4Linear:
+    """Run the policy's weight processing on a zero layer of ``(N, K)``; any exception fails the property."""
+    weight = torch.zeros(n, k // 2, dtype=torch.uint8)
+    scale = torch.full((n, k // MXFP4_BLOCK), 127, dtype=torch.uint8)
+    try:
+        return policy.process_mxfp4_linear_weights(weight, scale, asm_enabled)
+    except Exception as exc:
+        raise AssertionError(
+            f"weight processing raised for weight [{n}, {k // 2}], scale ({n}, {k // MXFP4_BLOCK}) "
+            f"(asm_enabled={asm_enabled}): {type(exc).__name__}: {exc}"
+        ) from exc
+
+
+@check(CONTRACT, Mxfp4LinearShape)
+def check_preparation_never_raises(shape: Mxfp4LinearShape, backend: None, policy: Mxfp4LinearKernelSelection) -> None:
+    """Weight processing succeeds for every layer a rank holds, with ASM enabled or not; it takes the
+    ASM path exactly when enabled and its own guard accepts the scale, Triton otherwise."""
+    n, k = shape.prep_shape()
+    for enabled in (False, True):
+        prepared = process(policy, n, k, enabled)
+        guard = enabled and bool(policy.use_asm_gemm((n, k // MXFP4_BLOCK)))
+        want = ASM if guard else TRITON
+        assert prepared.path is want, (
+            f"processing took {prepared.path.value} for scale ({n}, {k // MXFP4_BLOCK}) with asm_enabled={enabled}, "
+            f"but its guard says {want.value}"
+        )
+    size = "real" if (n, k) == (shape.real_n, shape.real_k) else "reduced"
+    record_event(f"{size} tensors, ASM enabled -> {prepared.path.value}")
+
+
+@given(shape=linear_shapes())
+@pinned
+def test_preparation_never_raises(shape: Mxfp4LinearShape, policy: Mxfp4LinearKernelSelection) -> None:
+    run_check(check_preparation_never_raises, shape, None, policy)
+
+
+@check(CONTRACT, Mxfp4LinearShape)
+def check_asm_taken_where_supported(shape: Mxfp4LinearShape, backend: None, policy: Mxfp4LinearKernelSelection) -> None:
+    """Every layer whose real scale shape the ASM path handles goes to ASM (no needless fallback)."""
+    real = tuple(shape.scale_shape)
+    if not asm_supported(real):
+        record_event("scale not ASM-capable")
+        return
+    assert policy.use_asm_gemm(real), (
+        f"guard falls back to Triton for scale {real} ({shape.layer}), which the ASM FP4 GEMM handles: "
+        "a slower GEMM for no reason"
+    )
+    n, k = shape.prep_shape()
+    prepared = process(policy, n, k, True)
+    assert prepared.path is ASM, (
+        f"processing took {prepared.path.value} for ASM-capable scale ({n}, {k // MXFP4_BLOCK})"
+    )
+
+
+@given(shape=linear_shapes())
+@pinned
+def test_asm_taken_where_supported(shape: Mxfp4LinearShape, policy: Mxfp4LinearKernelSelection) -> None:
+    run_check(check_asm_taken_where_supported, shape, None, policy)
+
+
+def prepare(
+    policy: Mxfp4LinearKernelSelection, path: AiterLinearPath, weight: torch.Tensor, scale: torch.Tensor
+) -> PreparedMxfp4Linear:
+    prep = policy.prepare_asm_linear if path is ASM else policy.prepare_triton_linear
+    prepared = prep(weight.clone(), scale.clone())
+    assert prepared.path is path, f"prepare for {path.value} returned a {prepared.path.value} layer"
+    return prepared
+
+
+def undo_layout(prepared: PreparedMxfp4Linear, n: int, k: int) -> Quantized:
+    """Back to linear ``[N, K/2]`` / ``[N, K/32]``: unshuffle + unswizzle (ASM), transpose (Triton)."""
+    kc = k // MXFP4_BLOCK
+    if prepared.path is ASM:
+        assert tuple(prepared.weight.shape) == (n, k // 2), (
+            f"ASM weight {tuple(prepared.weight.shape)}, want {(n, k // 2)}"
+        )
+        assert tuple(prepared.scale.shape) == (n, kc), f"ASM scale {tuple(prepared.scale.shape)}, want {(n, kc)}"
+        return Quantized(aiter_unshuffle_weight(prepared.weight), aiter_e8m0_unshuffle(prepared.scale, n, kc))
+    assert tuple(prepared.scale.shape) == (kc, n) and prepared.scale.is_contiguous(), (
+        f"Triton scale must be stored transposed and contiguous ({kc}, {n}); got {tuple(prepared.scale.shape)} "
+        f"with strides {prepared.scale.stride()}"
+    )
+    return Quantized(prepared.weight, prepared.scale.T)
+
+
+@check(CONTRACT, Mxfp4LinearShape)
+def check_layouts_compute_the_reference(
+    shape: Mxfp4LinearShape, backend: AiterLinearPath, policy: Mxfp4LinearKernelSelection
+) -> None:
+    """The path's prepared weight and scale undo back to the originals bit for bit, and the reference GEMM
+    through that layout (activation quantized in the path's mode) equals ``mxfp4_linear`` with AITER's mode
+    for that path. On the ASM path the Triton layout dequantizes to the same weights, so both layouts give
+    bit-identical GEMMs for the same activation (``exact_matmul`` is deterministic in its operands)."""
+    if backend is ASM and not policy.use_asm_gemm(tuple(shape.scale_shape)):
+        record_event("guard: Triton (ASM layout not used)")
+        return
+    case = mxfp4_linear_case(shape)
+    restored = undo_layout(prepare(policy, backend, case.weight, case.scale), shape.n, shape.k)
+    assert torch.equal(restored.packed, case.weight), f"{backend.value} weight bytes do not undo to the original"
+    assert torch.equal(restored.scales, case.scale), f"{backend.value} scale bytes do not undo to the original"
+    w = mxfp4_dequantize(restored)
+    if backend is ASM:
+        other = undo_layout(prepare(policy, TRITON, case.weight, case.scale), shape.n, shape.k)
+        assert torch.equal(mxfp4_dequantize(other), w), "Triton and ASM layouts dequantize to different weights"
+    mode, aiter_mode = policy.linear_activation_rounding(backend), REFERENCE_ACT_ROUNDING[backend]
+    xq = mxfp4_quantize(case.x, mode)
+    got = exact_matmul(mxfp4_dequantize(xq), w)
+    want = mxfp4_linear(case.x, Quantized(case.weight, case.scale), aiter_mode)
+    if not torch.equal(got, want):
+        blocks = int((xq.scales != mxfp4_quantize(case.x, aiter_mode).scales).sum())
+        diff = (got - want).abs().max().item()
+        raise AssertionError(
+            f"{backend.value} GEMM through its layout differs from the dequantized reference: max |diff| = {diff:.4g}; "
+            f"activation rounding {mode.value} vs AITER's {aiter_mode.value} changes {blocks} block scale(s)"
+        )
+
+
+@given(shape=linear_shapes())
+@pinned
+def test_layouts_compute_the_reference(
+    shape: Mxfp4LinearShape, backend: AiterLinearPath, policy: Mxfp4LinearKernelSelection
+) -> None:
+    run_check(check_layouts_compute_the_reference, shape, backend, policy)
+
+
+@check(CONTRACT, ActivationBlocks)
+def check_activation_rounding(blocks: ActivationBlocks, backend: None, policy: Mxfp4LinearKernelSelection) -> None:
+    """ASM quantizes activations RoundUp (RCEIL), Triton Even; their block scales differ exactly on
+    blocks whose amax mantissa lies in (1.5, 1.75), where RoundUp's is one binade larger."""
+    modes = {path: policy.linear_activation_rounding(path) for path in AiterLinearPath}
+    for path, mode in modes.items():
+        assert mode is REFERENCE_ACT_ROUNDING[path], (
+            f"{path.value} activation rounding modelled as {mode.value}; AITER's quantizer on that path rounds "
+            f"{REFERENCE_ACT_ROUNDING[path].value}"
+        )
+    x = activation_row(blocks)
+    amax = x.view(-1, MXFP4_BLOCK).abs().amax(-1)
+    pairs = zip(blocks.mantissas, blocks.exponents, strict=True)
+    want_amax = torch.tensor([math.ldexp(m, e) for m, e in pairs], dtype=torch.float32)
+    assert torch.equal(amax, want_amax), "test input: block amax not built exactly"
+    lo, hi = RCEIL_EVEN_BAND
+    in_band = torch.tensor([lo < m < hi for m in blocks.mantissas])
+    s_asm, s_tri = (mxfp4_quantize(x, modes[p]).scales[0].to(torch.int64) for p in (ASM, TRITON))
+    differ = s_asm != s_tri
+    assert torch.equal(differ, in_band), (
+        f"ASM ({modes[ASM].value}) and Triton ({modes[TRITON].value}) block scales differ on blocks "
+        f"{differ.nonzero().flatten().tolist()}, the (1.5, 1.75) band holds blocks {in_band.nonzero().flatten().tolist()}"
+    )
+    assert torch.equal(s_asm[differ], s_tri[differ] + 1), "RoundUp must pick the next binade where the modes differ"
+    record_event(f"{int(in_band.sum())} of {len(in_band)} blocks in the band")
+
+
+@given(blocks=activation_blocks())
+@example(blocks=ActivationBlocks((1.5, 1.7, 1.75, 1.0), (0, 3, -2, 5), 0))  # AITER's checked amax values
+def test_activation_rounding(blocks: ActivationBlocks, policy: Mxfp4LinearKernelSelection) -> None:
+    run_check(check_activation_rounding, blocks, None, policy)
+
+
+# --- gfx950 kernels ---------------------------------------------------------------------------
+
+KERNEL_ELEMENTS_MAX = 1 << 26
+"""Kernel checks run the real rank-local size when ``N·K`` fits this, else the reduced size."""
+
+
+def bf16_ulp(v: torch.Tensor) -> torch.Tensor:
+    """``ulp_bf16(|v|) = 2^(e - 8)`` for ``v = m·2^e``, ``m ∈ [0.5, 1)`` (8 significant bits); 0 at 0."""
+    _, e = torch.frexp(v)
+    return torch.where(v == 0, torch.zeros_like(v), torch.ldexp(torch.ones_like(v), e - 8))
+
+
+@check(CONTRACT, Mxfp4LinearShape)
+def check_aiter_gemm_kernel(
+    shape: Mxfp4LinearShape, backend: AiterLinearPath, policy: Mxfp4LinearKernelSelection
+) -> None:
+    """AITER's real GEMM of ``backend`` on the policy's prepared tensors matches the exact product of the
+    dequantized operands (the kernel's own quantized activation, the original weight).
+
+    Written from AITER ``op_tests/test_gemm_a4w4.py`` (ASM ``gemm_a4w4``, bpreshuffle, scales from
+    ``per_1x32`` quant with ``shuffle=True``) and ``op_tests/triton_tests/gemm/basic/test_gemm_afp4wfp4.py``
+    (``gemm_afp4wfp4`` with ``(K/32, N)``-stored scales passed as ``.T``), and vLLM
+    ``test_rocm_mxfp4.py`` (``gemm_with_dynamic_quant``'s quantizer pairing). vLLM's ASM branch uses
+    ``gemm_afp4wfp4_preshuffle`` instead for ``M <= 64`` on tuned (N, K); that kernel is not run here.
+
+    Tolerance, per element: ``ulp_bf16(|exact|) + 2·(K/32)·2^-24·Σ_k |a_k b_k|``. E2M1 x E2M1 products
+    are multiples of 1/4 up to 36 times a power of two, so each 32-element block sum (≤ 1152) is exact
+    in fp32; the kernel adds ``K/32`` block sums in fp32 (split-K partials included), each addition
+    erring by at most ``2^-24`` of the running magnitude ``≤ Σ|ab|`` (factor 2 for the MFMA's
+    internal block grouping); rounding the fp32 result to bf16 costs at most half a bf16 ulp, one ulp
+    of ``|exact|`` if the sum crossed a binade. Stricter than vLLM's ``atol 0.5`` pass-rate test and
+    AITER's logging-only ``checkAllclose``; the H200 Triton measurement in ``kernels.md`` §8.4 met
+    ``1 ulp + 2^-20·Σ|ab|``. The activation scales must equal the reference quantizer in the path's
+    mode byte for byte (AITER's own quant test is exact); an AITER older than PR #3212 rounds the HIP
+    quantizer Even and fails that check on the ASM path.
+    """
+    aiter_kernels.require_gfx950()  # LibraryUnavailable (not a failure) anywhere else
+    if backend is ASM and not policy.use_asm_gemm(tuple(shape.scale_shape)):
+        record_event("guard: Triton (ASM kernel not used)")
+        return
+    real = shape.real_n * shape.real_k <= KERNEL_ELEMENTS_MAX
+    n, k = (shape.real_n, shape.real_k) if real else (shape.n, shape.k)
+    case = mxfp4_linear_case(shape, n, k)
+    prepared = prepare(policy, backend, case.weight, case.scale)
+    x = case.x.to(torch.bfloat16).cuda()
+    act = aiter_kernels.hip_quantize(x) if backend is ASM else aiter_kernels.triton_quantize(x)
+    want_scales = mxfp4_quantize(x.float().cpu(), REFERENCE_ACT_ROUNDING[backend]).scales
+    mismatched = int((act.scales != want_scales).sum())
+    assert mismatched == 0, (
+        f"{backend.value} activation quantizer: {mismatched} block scale(s) differ from "
+        f"{REFERENCE_ACT_ROUNDING[backend].value} rounding"
+    )
+    if backend is ASM:
+        y = aiter_kernels.gemm_a4w4_bpreshuffle(act, prepared.weight, prepared.scale)
+    else:
+        y = aiter_kernels.gemm_afp4wfp4(act, prepared.weight, prepared.scale)
+    a = mxfp4_dequantize(Quantized(act.packed, act.scales)).double().to(y.device)
+    b = mxfp4_dequantize(Quantized(case.weight, case.scale)).double().to(y.device)
+    exact, magnitude = a @ b.T, a.abs() @ b.abs().T
+    tol = bf16_ulp(exact) + 2 * (k // MXFP4_BLOCK) * 2.0**-24 * magnitude
+    err = (y.double() - exact).abs()
+    bad = ~(err <= tol)
+    assert torch.isfinite(y).all() and not bad.any(), (
+        f"{backend.value} GEMM [{shape.tokens} x {n} x {k}]: {int(bad.sum())} of {err.numel()} elements outside "
+        f"ulp_bf16 + 2·(K/32)·2^-24·Σ|ab|; worst |err|/tol = {(err / tol.clamp_min(1e-300)).max().item():.3g}, "
+        f"non-finite outputs: {int((~torch.isfinite(y)).sum())}"
+    )
+
+
+@pytest.mark.gfx950
+@pytest.mark.aiter
+@given(shape=linear_shapes())
+@pinned
+def test_aiter_gemm_kernel(
+    shape: Mxfp4LinearShape, backend: AiterLinearPath, policy: Mxfp4LinearKernelSelection
+) -> None:
+    run_check(check_aiter_gemm_kernel, shape, backend, policy, kernel=True)

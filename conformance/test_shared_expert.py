@@ -1,0 +1,160 @@
+"""Contract ``shared_expert``: fuse, shard, replicate or refuse a MoE block's shared expert (vLLM §12).
+
+For every shared expert a catalogued model has (and adversarial sizes), under every TP degree,
+EP / sequence-parallel setting, quantization group and AITER fused-shared-experts state, the
+policy under test resolves fusion first (an enabled, compatible fusion never triggers
+replication), then follows ``_should_replicate_misaligned_shared_expert`` (shard when the split
+keeps whole 32-element groups, replicate under EP or SP, else refuse with a clear error), and the
+dense layers of an unfused expert never send an unswizzlable weight scale to AITER's ASM GEMM.
+
+Pinned regressions (``@example``): vLLM's unit-test table (640 at TP 1/2/4 shards, 640 at TP8
+refuses, 640 / 672 at TP8 + EP replicate) and vLLM PR #55213's Qwen3.8-Flash-Next TP8 + EP with
+FSE on (fused; the old order replicated it and crashed the ASM swizzle on scale (2560, 20)).
+"""
+
+from __future__ import annotations
+
+import pytest
+from hypothesis import example, given
+
+from conformance.test_mxfp4_linear import process, swizzle_error
+from harness.repro import check, record_event, run_check
+from reference.errors import ShapeContractError
+from reference.formats import MXFP4_BLOCK
+from reference.sizes import even_split
+from strategies.shared_expert import SharedExpertCase, dense_layer_shapes, shared_expert_case, shared_expert_cases
+from subjects.mxfp4_linear import BuiltinMxfp4Linear, Mxfp4LinearKernelSelection
+from subjects.shared_expert import CONTRACT, SharedExpertPlacement, SharedExpertPolicy, SharedExpertSetup
+
+pytestmark = [pytest.mark.contract(CONTRACT)]
+
+ABSENT, FUSED = SharedExpertPlacement.ABSENT, SharedExpertPlacement.FUSED
+SHARDED, REPLICATED = SharedExpertPlacement.SHARDED, SharedExpertPlacement.REPLICATED
+REFUSED = "refused"
+
+QWEN38 = "qwen3.8-flash-next"
+VLLM_DECISION_TABLE = (
+    (shared_expert_case(QWEN38, 1), SHARDED),
+    (shared_expert_case(QWEN38, 2), SHARDED),
+    (shared_expert_case(QWEN38, 4), SHARDED),
+    (shared_expert_case(QWEN38, 8), REFUSED),  # partition of 80, not a multiple of 32
+    (shared_expert_case(QWEN38, 8, ep=True), REPLICATED),
+    (shared_expert_case(QWEN38, 8, ep=True, intermediate=672), REPLICATED),
+    (shared_expert_case(QWEN38, 8, ep=True, fse=True), FUSED),  # vLLM PR #55213: the old order replicated
+    (shared_expert_case(QWEN38, 8, fse=True), FUSED),  # the old order refused
+    (shared_expert_case(QWEN38, 8, ep=True, fse=True, compatible=False), REPLICATED),  # SGLang #22948 class
+    (shared_expert_case(QWEN38, 8, sp=True), REPLICATED),
+)
+"""vLLM's ``_should_replicate_misaligned_shared_expert`` unit tests (group 32) and the FSE ordering cases."""
+
+
+def pinned(test):
+    """Apply the decision table's cases as ``@example``s (they run in the listed order)."""
+    for case, _ in reversed(VLLM_DECISION_TABLE):
+        test = example(case=case)(test)
+    return test
+
+
+def expected_placement(setup: SharedExpertSetup) -> SharedExpertPlacement | str:
+    """The contract (vLLM §12.1 after §12.3): no expert; fused if FSE is on and compatible; sharded
+    when there is no group or the even split keeps whole groups (``reference.sizes.even_split``);
+    replicated under EP or sequence parallelism; otherwise refused."""
+    if setup.intermediate <= 0:
+        return ABSENT
+    if setup.fse_enabled and setup.fse_quant_compatible:
+        return FUSED
+    if setup.group is None:
+        return SHARDED
+    try:
+        even_split(setup.intermediate, setup.tp, setup.group)
+        return SHARDED
+    except ShapeContractError:
+        pass
+    return REPLICATED if setup.expert_parallel or setup.sequence_parallel else REFUSED
+
+
+def decide(policy: SharedExpertPolicy, case: SharedExpertCase) -> tuple[SharedExpertPlacement | None, str | None]:
+    """``(placement, None)`` or ``(None, refusal message)``; a refusal must be a ``ValueError``."""
+    try:
+        placement = policy.shared_expert_placement(case.setup())
+    except ValueError as exc:
+        record_event("refused")
+        return None, str(exc)
+    record_event(placement.value)
+    return placement, None
+
+
+@check(CONTRACT, SharedExpertCase)
+def check_fusion_resolved_first(case: SharedExpertCase, backend: None, policy: SharedExpertPolicy) -> None:
+    """A shared expert with FSE on and compatible is fused, whatever the TP alignment: fusion is decided
+    before the replicate gate and never triggers replication or a refusal; otherwise it is never fused."""
+    placement, refusal = decide(policy, case)
+    fusable = case.intermediate > 0 and case.fse_enabled and case.fse_quant_compatible
+    if fusable:
+        assert refusal is None, f"refused a shared expert that FSE fuses (fusion must be resolved first): {refusal}"
+        assert placement is FUSED, (
+            f"placed a fusable shared expert as {placement.value}: FSE must be resolved before the replicate "
+            "gate, and an enabled fusion never replicates (vLLM PR #55213)"
+        )
+    else:
+        assert placement is not FUSED, "fused a shared expert although FSE is off, incompatible or there is none"
+
+
+@given(case=shared_expert_cases())
+@pinned
+def test_fusion_resolved_first(case: SharedExpertCase, policy: SharedExpertPolicy) -> None:
+    run_check(check_fusion_resolved_first, case, None, policy)
+
+
+@check(CONTRACT, SharedExpertCase)
+def check_decision_table(case: SharedExpertCase, backend: None, policy: SharedExpertPolicy) -> None:
+    """The placement follows vLLM §12.1 after the ordering fix; a refusal is a ``ValueError`` naming the
+    shared-expert size and the TP degree."""
+    want = expected_placement(case.setup())
+    placement, refusal = decide(policy, case)
+    if refusal is not None:
+        assert want == REFUSED, f"refused ({refusal}); the contract says {getattr(want, 'value', want)}"
+        for what, number in (("intermediate size", case.intermediate), ("TP degree", case.tp)):
+            assert str(number) in refusal, f"refusal does not name the {what} {number}: {refusal!r}"
+        return
+    assert want != REFUSED, (
+        f"accepted as {placement.value}, but TP={case.tp} cuts the {case.intermediate}-wide shared expert's "
+        f"{case.group}-element groups and neither EP nor SP allows replication: it must refuse"
+    )
+    assert placement is want, f"placed as {placement.value}; the contract says {want.value}"
+
+
+@given(case=shared_expert_cases())
+@pinned
+def test_decision_table(case: SharedExpertCase, policy: SharedExpertPolicy) -> None:
+    run_check(check_decision_table, case, None, policy)
+
+
+@check(CONTRACT, SharedExpertCase)
+def check_dense_expert_reaches_no_unswizzlable_asm(
+    case: SharedExpertCase, backend: None, policy: SharedExpertPolicy
+) -> None:
+    """The dense MXFP4 layers of an unfused shared expert (sharded or replicated) are loadable on the
+    rank, and the linear guard sends none of their weight scales to the ASM GEMM unless the unpadded
+    swizzle takes it; their weight processing succeeds. The linear policy is the subject's own when it
+    implements both contracts, else the built-in one."""
+    placement, refusal = decide(policy, case)
+    if refusal is not None or case.group is None:
+        return
+    linear = policy if isinstance(policy, Mxfp4LinearKernelSelection) else BuiltinMxfp4Linear()
+    for layer, shape in dense_layer_shapes(case, placement):
+        assert shape is not None, (
+            f"{placement.value} shared expert: a rank cannot hold {layer.name} at TP={case.tp} "
+            f"(I/TP = {case.intermediate}/{case.tp} is not a whole number of {MXFP4_BLOCK}-element groups)"
+        )
+        scale = tuple(shape.scale_shape)
+        error = swizzle_error(scale) if linear.use_asm_gemm(scale) else None
+        assert error is None, f"{placement.value} shared expert's {layer.name} sent to the ASM GEMM: {error}"
+        record_event(f"{layer.name} scale {'ASM' if linear.use_asm_gemm(scale) else 'Triton'}")
+        process(linear, *shape.prep_shape(), asm_enabled=True)
+
+
+@given(case=shared_expert_cases())
+@pinned
+def test_dense_expert_reaches_no_unswizzlable_asm(case: SharedExpertCase, policy: SharedExpertPolicy) -> None:
+    run_check(check_dense_expert_reaches_no_unswizzlable_asm, case, None, policy)

@@ -1,0 +1,386 @@
+"""Hypothesis strategies for MXFP4 dense linear layers of one tensor-parallel rank (AITER linear path).
+
+An MXFP4 linear layer holds packed weights ``[N, K/2]`` and UE8M0 scales ``[N, K/32]``; the AITER
+ASM guard looks only at the scale shape (``rows % 32``, ``cols % 8``, i.e. ``N % 32`` and
+``K % 256``). Shapes come from the layers of catalogued models at every TP degree and sharding
+vLLM applies (column-parallel shards N, row-parallel shards K, replicated keeps both), or are
+adversarial rank-local sizes.
+
+Every config keeps the **real** rank-local scale shape (what the guard sees) and, for tensors,
+reduced sizes that keep what the guard looks at: N keeps its residue mod 32 and whether it is
+96 (the row count vLLM forces to Triton); K keeps its residue mod 256 (see :func:`reduce_rows`,
+:func:`strategies.moe.reduce_size`). Token counts include 1-4 and non-multiples of 32.
+
+Layer sizes: shared experts come from ``strategies.catalog``; the GDN ``in_proj_ba`` is from
+``models.md`` §6 / vLLM PR #55213; the other dense projections are head counts x head_dim and
+dense MLP sizes from the models' ``config.json`` (not in the shared docs; only their residues
+matter to the contract).
+"""
+
+from __future__ import annotations
+
+import enum
+import math
+from dataclasses import dataclass
+
+import torch
+from hypothesis import strategies as st
+
+from reference.formats import MXFP4_BLOCK
+from strategies.catalog import MODELS, TP_DEGREES
+from strategies.config import Config
+from strategies.moe import reduce_size
+from strategies.pins import current_pin
+
+REDUCE_ROWS_ABOVE = 128
+REDUCE_ROWS_STEP = 32
+PREP_BYTES_MAX = 8 << 20
+"""Preparation properties use the real rank-local tensors when the packed weight fits in this."""
+SCALE_BYTES = (118, 136)
+"""UE8M0 weight-scale bytes drawn in ``[118, 136)``: 2^-9 .. 2^8, finite, never 0 or 0xFF."""
+
+
+class Parallel(enum.Enum):
+    """How a rank holds a linear layer (vLLM's parallel linear classes)."""
+
+    COLUMN = "column"  # ColumnParallelLinear / Merged / QKV: N = out / tp, K = in
+    ROW = "row"  # RowParallelLinear: N = out, K = in / tp
+    REPLICATED = "replicated"  # ReplicatedLinear, TP=1 or disable_tp=True: N = out, K = in
+
+
+@dataclass(frozen=True)
+class LinearLayer:
+    """A dense MXFP4 linear layer of a model: global sizes, its TP sharding and the largest usable TP."""
+
+    model: str
+    name: str
+    in_features: int
+    out_features: int
+    parallel: Parallel
+    replicable: bool = False  # may be built with disable_tp (a replicated shared expert)
+    max_tp: int = 16  # heads / kv-heads divisibility limit
+
+
+def _shared_expert_layers() -> tuple[LinearLayer, ...]:
+    layers = []
+    for m in MODELS.values():
+        if m.shared_intermediate > 0:
+            i = m.shared_intermediate
+            layers += [
+                LinearLayer(m.name, "shared_expert.gate_up_proj", m.hidden, 2 * i, Parallel.COLUMN, replicable=True),
+                LinearLayer(m.name, "shared_expert.down_proj", i, m.hidden, Parallel.ROW, replicable=True),
+            ]
+    return tuple(layers)
+
+
+_C, _R, _REP = Parallel.COLUMN, Parallel.ROW, Parallel.REPLICATED
+DENSE_LAYERS: tuple[LinearLayer, ...] = (
+    # vLLM PR #55213 / models.md §6 give K 5120; vLLM PR #58139 and AITER PR #5669 name the (96, 5120) layer
+    # Qwen3.8-27B (hidden 5120). With Flash-Next's hidden 2560 the scale is (96, 80): the same guard answers.
+    LinearLayer("qwen3.8-flash-next", "linear_attn.in_proj_ba", 5120, 96, _C),
+    LinearLayer("deepseek-v3", "self_attn.fused_qkv_a_proj", 7168, 1536 + 576, _REP),
+    LinearLayer("deepseek-v3", "self_attn.q_b_proj", 1536, 128 * 192, _C),
+    LinearLayer("deepseek-v3", "self_attn.kv_b_proj", 512, 128 * 256, _C),
+    LinearLayer("deepseek-v3", "self_attn.o_proj", 128 * 128, 7168, _R),
+    LinearLayer("deepseek-v3", "mlp.gate_up_proj", 7168, 2 * 18432, _C),
+    LinearLayer("deepseek-v3", "mlp.down_proj", 18432, 7168, _R),
+    LinearLayer("gpt-oss-120b", "self_attn.qkv_proj", 2880, 64 * 64 + 2 * 8 * 64, _C, max_tp=8),
+    LinearLayer("gpt-oss-120b", "self_attn.o_proj", 64 * 64, 2880, _R),
+    LinearLayer("qwen3-30b-a3b", "self_attn.qkv_proj", 2048, 32 * 128 + 2 * 4 * 128, _C, max_tp=4),
+    LinearLayer("qwen3-30b-a3b", "self_attn.o_proj", 32 * 128, 2048, _R),
+    LinearLayer("qwen3-235b-a22b", "self_attn.qkv_proj", 4096, 64 * 128 + 2 * 4 * 128, _C, max_tp=4),
+    LinearLayer("qwen3-235b-a22b", "self_attn.o_proj", 64 * 128, 4096, _R),
+    LinearLayer("llama-4-scout", "self_attn.qkv_proj", 5120, 40 * 128 + 2 * 8 * 128, _C, max_tp=8),
+    LinearLayer("llama-4-scout", "self_attn.o_proj", 40 * 128, 5120, _R, max_tp=8),
+    LinearLayer("gemma-4-26b-a4b", "mlp.gate_up_proj", 2816, 2 * 2112, _C),
+    LinearLayer("gemma-4-26b-a4b", "mlp.down_proj", 2112, 2816, _R),
+    LinearLayer("glm-4.5", "mlp.gate_up_proj", 5120, 2 * 12288, _C),
+    LinearLayer("glm-4.5", "mlp.down_proj", 12288, 5120, _R),
+)
+
+LINEAR_LAYERS: tuple[LinearLayer, ...] = _shared_expert_layers() + DENSE_LAYERS
+
+
+def rank_local(layer: LinearLayer, tp: int, parallel: Parallel) -> tuple[int, int] | None:
+    """Rank-local ``(N, K)`` of ``layer`` held as ``parallel`` at degree ``tp``, or None if vLLM cannot load it.
+
+    Column: ``out % tp == 0``. Row: ``in % tp == 0`` and whole 32-element groups per rank (a cut
+    group cannot be repaired, ``vllm-logic.md`` §15; the shared-expert contract decides those).
+    Replicated: always (``N = out``, ``K = in``).
+    """
+    out, k_in = layer.out_features, layer.in_features
+    if parallel is Parallel.REPLICATED or tp == 1:
+        return out, k_in
+    if tp > layer.max_tp:
+        return None
+    if parallel is Parallel.COLUMN:
+        return (out // tp, k_in) if out % tp == 0 else None
+    part, rem = divmod(k_in, tp)
+    return (out, part) if rem == 0 and part % MXFP4_BLOCK == 0 else None
+
+
+def shardings(layer: LinearLayer, tp: int) -> list[Parallel]:
+    """The ways a rank can hold ``layer`` at degree ``tp`` (its own sharding, or replicated)."""
+    if tp == 1:
+        return [Parallel.REPLICATED]
+    options = [layer.parallel] if rank_local(layer, tp, layer.parallel) is not None else []
+    if layer.replicable and Parallel.REPLICATED not in options:
+        options.append(Parallel.REPLICATED)
+    return options
+
+
+def reduce_rows(n: int) -> int:
+    """Subtract the multiple of 32 that brings ``n`` into ``(96, 128]``; ``n <= 128`` is kept.
+
+    Keeps ``n mod 32``, ``n >= 32`` and ``n == 96`` (the forced-Triton row count), so the guard
+    answers the same for the reduced and the real row count.
+    """
+    if n <= REDUCE_ROWS_ABOVE:
+        return n
+    return n - -(-(n - REDUCE_ROWS_ABOVE) // REDUCE_ROWS_STEP) * REDUCE_ROWS_STEP
+
+
+@dataclass(frozen=True)
+class Mxfp4LinearShape(Config):
+    """One rank's MXFP4 linear layer: real scale shape ``(N, K/32)`` and reduced tensor sizes ``n, k``."""
+
+    model: str
+    layer: str
+    tp: int
+    parallel: Parallel
+    in_features: int
+    out_features: int
+    scale_shape: tuple[int, ...]
+    n: int
+    k: int
+    tokens: int
+    seed: int
+
+    @property
+    def real_n(self) -> int:
+        return self.scale_shape[0]
+
+    @property
+    def real_k(self) -> int:
+        return MXFP4_BLOCK * self.scale_shape[1]
+
+    def prep_shape(self) -> tuple[int, int]:
+        """``(N, K)`` for preparation-only properties: the real rank-local size when its packed
+        weight fits :data:`PREP_BYTES_MAX`, else the reduced ``(n, k)`` (same guard answer)."""
+        if self.real_n * self.real_k // 2 <= PREP_BYTES_MAX:
+            return self.real_n, self.real_k
+        return self.n, self.k
+
+    def describe(self) -> str:
+        return (
+            f"{self.model} {self.layer} TP={self.tp} [{self.parallel.value}]: global in {self.in_features} "
+            f"out {self.out_features} -> rank N={self.real_n} K={self.real_k}, scale {tuple(self.scale_shape)}; "
+            f"tensors N={self.n} K={self.k}, T={self.tokens} seed={self.seed}"
+        )
+
+
+def linear_shape(layer: LinearLayer, tp: int, parallel: Parallel, tokens: int, seed: int) -> Mxfp4LinearShape:
+    """The :class:`Mxfp4LinearShape` of ``layer`` at ``tp`` held as ``parallel`` (raises if not loadable)."""
+    local = rank_local(layer, tp, parallel)
+    if local is None:
+        raise ValueError(f"{layer.model} {layer.name} cannot be held {parallel.value} at TP={tp}")
+    n, k = local
+    return Mxfp4LinearShape(
+        model=layer.model,
+        layer=layer.name,
+        tp=tp,
+        parallel=Parallel.REPLICATED if tp == 1 else parallel,
+        in_features=layer.in_features,
+        out_features=layer.out_features,
+        scale_shape=(n, k // MXFP4_BLOCK),
+        n=reduce_rows(n),
+        k=reduce_size(k),
+        tokens=tokens,
+        seed=seed,
+    )
+
+
+def find_layer(model: str, name: str) -> LinearLayer:
+    """Look up a catalogued linear layer; raises ``KeyError`` naming the known ones."""
+    for layer in LINEAR_LAYERS:
+        if (layer.model, layer.name) == (model, name):
+            return layer
+    known = ", ".join(sorted(f"{lay.model}:{lay.name}" for lay in LINEAR_LAYERS))
+    raise KeyError(f"no linear layer {model}:{name}; catalogued: {known}")
+
+
+def pinned_linear(model: str, name: str, tp: int, parallel: Parallel | None = None, tokens: int = 3, seed: int = 0):
+    """The :class:`Mxfp4LinearShape` of a catalogued layer (for ``@example`` pins)."""
+    layer = find_layer(model, name)
+    return linear_shape(layer, tp, parallel or layer.parallel, tokens, seed)
+
+
+def token_counts() -> st.SearchStrategy[int]:
+    """Decode sizes 1-4, non-multiples of 32 around the 32/64 kernel thresholds, and small prefills."""
+    return st.one_of(st.integers(1, 4), st.sampled_from((5, 31, 33, 63, 64, 65)), st.integers(1, 65))
+
+
+def _loadable(layer: LinearLayer, tp: int) -> bool:
+    return bool(shardings(layer, tp))
+
+
+@st.composite
+def _catalog_shape(draw: st.DrawFn, layers: list[LinearLayer], tp: int | None) -> Mxfp4LinearShape:
+    if tp is None:
+        layer = draw(st.sampled_from(layers))
+        tp = draw(st.sampled_from([t for t in TP_DEGREES if _loadable(layer, t)]))
+    else:
+        layer = draw(st.sampled_from([lay for lay in layers if _loadable(lay, tp)]))
+    parallel = draw(st.sampled_from(shardings(layer, tp)))
+    return linear_shape(layer, tp, parallel, draw(token_counts()), draw(st.integers(0, 2**16)))
+
+
+def adversarial_scale_rows() -> st.SearchStrategy[int]:
+    """Scale rows (= N): the smallest swizzlable count 32 and the forced-Triton 96, multiples of 32,
+    or any positive count."""
+    return st.one_of(st.sampled_from((32, 96)), st.integers(1, 128).map(lambda a: 32 * a), st.integers(1, 4096))
+
+
+def adversarial_scale_cols() -> st.SearchStrategy[int]:
+    """Scale columns (= K/32): multiples of 8 (K % 256 == 0), or any positive count."""
+    return st.one_of(st.integers(1, 64).map(lambda a: 8 * a), st.integers(1, 512))
+
+
+@st.composite
+def _adversarial_shape(draw: st.DrawFn, tp: int | None) -> Mxfp4LinearShape:
+    tp = tp if tp is not None else draw(st.sampled_from(TP_DEGREES))
+    parallel = Parallel.REPLICATED if tp == 1 else draw(st.sampled_from(list(Parallel)))
+    n, cols = draw(adversarial_scale_rows()), draw(adversarial_scale_cols())
+    out = n * tp if parallel is Parallel.COLUMN else n
+    k_in = MXFP4_BLOCK * cols * (tp if parallel is Parallel.ROW else 1)
+    layer = LinearLayer("adversarial", "linear", k_in, out, parallel, replicable=True)
+    return linear_shape(layer, tp, parallel, draw(token_counts()), draw(st.integers(0, 2**16)))
+
+
+@st.composite
+def linear_shapes(draw: st.DrawFn) -> Mxfp4LinearShape:
+    """A rank's :class:`Mxfp4LinearShape`: a catalogued layer (honouring ``--model``/``--tp`` pins)
+    or adversarial sizes. A pinned model without catalogued MXFP4 linear layers (or none loadable at
+    the pinned TP) falls back to adversarial sizes at the pinned TP."""
+    pin = current_pin()
+    layers = [lay for lay in LINEAR_LAYERS if pin.model is None or lay.model == pin.model]
+    if pin.tp is not None:
+        layers = [lay for lay in layers if _loadable(lay, pin.tp)]
+    if not layers or (pin.model is None and draw(st.booleans())):
+        return draw(_adversarial_shape(pin.tp))
+    return draw(_catalog_shape(layers, pin.tp))
+
+
+@dataclass(frozen=True)
+class ScaleShapeCase(Config):
+    """A weight-scale shape handed to the ASM guard (any rank; real layers are 2-D) and where it came from."""
+
+    shape: tuple[int, ...]
+    origin: str
+
+    def describe(self) -> str:
+        return f"scale shape {tuple(self.shape)} ({self.origin})"
+
+
+@st.composite
+def scale_shapes(draw: st.DrawFn) -> ScaleShapeCase:
+    """Real rank-local scale shapes, adversarial 2-D shapes (rows, cols >= 1) and non-2-D shapes.
+
+    Empty scales are not drawn: ``(0, c)`` passes vLLM's modulo checks and torch's view, but no
+    layer has zero rows (``asm_scale_swizzle_ok`` rejects it).
+    """
+    kind = draw(st.sampled_from(("layer", "adversarial", "not-2-D")))
+    if kind == "layer":
+        s = draw(linear_shapes())
+        return ScaleShapeCase(tuple(s.scale_shape), f"{s.model} {s.layer} TP={s.tp} {s.parallel.value}")
+    if kind == "adversarial":
+        return ScaleShapeCase((draw(adversarial_scale_rows()), draw(adversarial_scale_cols())), "adversarial")
+    ndim = draw(st.sampled_from((1, 3, 4)))
+    dims = draw(st.lists(st.integers(1, 64), min_size=ndim, max_size=ndim))
+    return ScaleShapeCase(tuple(dims), "not 2-D")
+
+
+@dataclass(frozen=True)
+class ActivationBlocks(Config):
+    """Activation rows of MXFP4 blocks whose amax is ``mantissas[b] · 2^exponents[b]`` (``m ∈ [1, 2)``).
+
+    Block ``b`` holds its amax once (sign and position from the seed) and 31 values of smaller
+    magnitude, so ``amax`` is exact in fp32.
+    """
+
+    mantissas: tuple[float, ...]
+    exponents: tuple[int, ...]
+    seed: int
+
+    def describe(self) -> str:
+        pairs = ", ".join(f"{m!r}·2^{e}" for m, e in zip(self.mantissas, self.exponents, strict=True))
+        return f"block amax [{pairs}] seed={self.seed}"
+
+
+RCEIL_EVEN_BAND = (1.5, 1.75)
+"""Open interval of amax mantissas where RCEIL (RoundUp) and EVEN scale exponents differ (formats.md §7)."""
+
+
+def _fp32(x: float) -> float:
+    return float(torch.tensor(x, dtype=torch.float32))
+
+
+def _next_fp32(x: float, toward: float) -> float:
+    return float(torch.nextafter(torch.tensor(x, dtype=torch.float32), torch.tensor(toward, dtype=torch.float32)))
+
+
+def amax_mantissas() -> st.SearchStrategy[float]:
+    """fp32 mantissas in ``[1, 2)``: the (1.5, 1.75) band, its edges and their fp32 neighbours,
+    AITER's checked examples 1.7 and 1.7499, or anywhere."""
+    lo, hi = RCEIL_EVEN_BAND
+    edges = (1.0, lo, _next_fp32(lo, 2.0), _next_fp32(hi, 1.0), hi, _fp32(1.7), _fp32(1.7499))
+    band = st.floats(lo, hi, exclude_min=True, exclude_max=True, width=32)
+    anywhere = st.floats(1.0, 2.0, exclude_max=True, width=32)
+    return st.one_of(band, st.sampled_from(edges), anywhere)
+
+
+@st.composite
+def activation_blocks(draw: st.DrawFn) -> ActivationBlocks:
+    """1-8 blocks with drawn amax mantissas (biased to the RCEIL/EVEN band) and exponents in [-60, 60]."""
+    count = draw(st.integers(1, 8))
+    mantissas = tuple(draw(amax_mantissas()) for _ in range(count))
+    exponents = tuple(draw(st.integers(-60, 60)) for _ in range(count))
+    return ActivationBlocks(mantissas, exponents, draw(st.integers(0, 2**16)))
+
+
+def activation_row(blocks: ActivationBlocks) -> torch.Tensor:
+    """fp32 ``[1, 32·B]``: block ``b`` has amax exactly ``mantissas[b] · 2^exponents[b]``."""
+    g = torch.Generator().manual_seed(blocks.seed)
+    parts = []
+    for m, e in zip(blocks.mantissas, blocks.exponents, strict=True):
+        amax = math.ldexp(m, e)
+        vals = (torch.rand(MXFP4_BLOCK, generator=g) * 2 - 1) * amax * 0.999
+        pos = int(torch.randint(MXFP4_BLOCK, (1,), generator=g))
+        vals[pos] = amax if torch.rand(1, generator=g).item() < 0.5 else -amax
+        parts.append(vals)
+    return torch.cat(parts).float()[None, :]
+
+
+@dataclass(frozen=True)
+class Mxfp4LinearCase:
+    """Tensors of one layer: packed weight uint8 ``[N, K/2]``, UE8M0 scale ``[N, K/32]``, fp32 ``x [T, K]``."""
+
+    weight: torch.Tensor
+    scale: torch.Tensor
+    x: torch.Tensor
+
+
+def mxfp4_linear_case(shape: Mxfp4LinearShape, n: int | None = None, k: int | None = None) -> Mxfp4LinearCase:
+    """Build ``shape``'s tensors from its seed at sizes ``(n, k)`` (default: the reduced sizes).
+
+    Weight bytes cover every E2M1 code; scale bytes lie in :data:`SCALE_BYTES`; activation rows
+    are normal samples times ``2^r``, ``r ∈ [-4, 4]`` per row.
+    """
+    n = shape.n if n is None else n
+    k = shape.k if k is None else k
+    g = torch.Generator().manual_seed(shape.seed)
+    weight = torch.randint(0, 256, (n, k // 2), generator=g, dtype=torch.int64).to(torch.uint8)
+    scale = torch.randint(*SCALE_BYTES, (n, k // MXFP4_BLOCK), generator=g, dtype=torch.int64).to(torch.uint8)
+    rows = torch.ldexp(torch.ones(shape.tokens, 1), torch.randint(-4, 5, (shape.tokens, 1), generator=g))
+    x = torch.randn(shape.tokens, k, generator=g) * rows
+    return Mxfp4LinearCase(weight, scale, x)
