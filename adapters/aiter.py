@@ -39,7 +39,7 @@ def _import(*candidates: str) -> ModuleType:
     for module in candidates:
         try:
             return importlib.import_module(module)
-        except Exception as exc:
+        except Exception as exc:  # noqa: BLE001 - any import failure means AITER is unusable here
             errors.append(f"{module}: {type(exc).__name__}: {exc}")
     raise AiterUnavailable(
         "AMD AITER is not importable (" + "; ".join(errors) + "); it needs ROCm and a gfx950 GPU: "
