@@ -80,6 +80,9 @@ def pytest_configure(config: pytest.Config) -> None:
     repro.CONTEXT.known_failures = config.fp4_subject.known_failures
     repro.CONTEXT.inflight_dir = results / "inflight"
     config.fp4_results = results
+    if not hasattr(config, "workerinput"):  # the controller clears the last run's per-process records
+        for stale in [*results.glob("device-*.json"), *results.glob("stats-*.json")]:
+            stale.unlink()
 
 
 def _contract(item: pytest.Item) -> str | None:
@@ -198,13 +201,25 @@ def summary_rows() -> list[dict[str, object]]:
     return rows
 
 
+def _device_record(worker: str) -> dict[str, object]:
+    """Which GPU this process used (after pinning): the visibility mask and the device's UUID."""
+    record: dict[str, object] = {"worker": worker, "CUDA_VISIBLE_DEVICES": os.environ.get("CUDA_VISIBLE_DEVICES")}
+    if hardware.machine().cuda_devices:
+        import torch
+
+        props = torch.cuda.get_device_properties(0)
+        record.update(name=props.name, uuid=str(getattr(props, "uuid", "?")))
+    return record
+
+
 def pytest_sessionfinish(session: pytest.Session) -> None:
-    """Write this process's per-test example statistics (read by ``python -m bench``)."""
-    if not repro.STATS:
-        return
+    """Write this process's device record and per-test example statistics (read by ``python -m bench``)."""
     results: Path = session.config.fp4_results
     results.mkdir(parents=True, exist_ok=True)
     worker = os.environ.get("PYTEST_XDIST_WORKER", "main")
+    (results / f"device-{worker}.json").write_text(json.dumps(_device_record(worker)))
+    if not repro.STATS:
+        return
     stats = {node: dataclasses.asdict(s) for node, s in repro.STATS.items()}
     (results / f"stats-{worker}.json").write_text(json.dumps(stats, indent=1))
 
@@ -226,6 +241,11 @@ def pytest_terminal_summary(terminalreporter, exitstatus: int, config: pytest.Co
         )
         for reason, n in r["skip_reasons"].items():
             tr.write_line(f"{'':<16} skipped x{n}: {reason}")
+    for path in sorted(config.fp4_results.glob("device-gw*.json")):
+        d = json.loads(path.read_text())
+        tr.write_line(
+            f"worker {d['worker']}: CUDA_VISIBLE_DEVICES={d['CUDA_VISIBLE_DEVICES']} {d.get('name', '')} {d.get('uuid', '')}"
+        )
     for link, n in sorted(repro.EXPECTED_FAILURES.items()):
         tr.write_line(f"expected failures (known upstream bug {link}): {n} examples")
     results = config.fp4_results
