@@ -10,6 +10,8 @@ Notation: ``M`` rows, ``Kc`` scale columns, ``Kb`` packed bytes per row, ``ru`` 
 
 from __future__ import annotations
 
+import enum
+
 import torch
 
 from reference.errors import ShapeContractError, require
@@ -56,6 +58,12 @@ def unswizzle_128x4(swizzled: torch.Tensor, rows: int, cols: int) -> torch.Tenso
     """Inverse of :func:`swizzle_128x4`: ``[Mp, Kp]`` (or flat / 3-D) back to ``[rows, cols]``."""
     mp, kp = round_up(rows, 128), round_up(cols, 4)
     squeeze = swizzled.dim() <= 2
+    per_expert = swizzled.numel() if squeeze else swizzled.numel() // max(1, swizzled.shape[0])
+    require(
+        rows > 0 and cols > 0 and per_expert == mp * kp,
+        f"unswizzle_128x4: a {tuple(swizzled.shape)} buffer does not hold {'one' if squeeze else 'per expert'} "
+        f"[{mp}, {kp}] swizzled block for a [{rows}, {cols}] scale matrix (pass [E, Mp, Kp] for several experts)",
+    )
     s = swizzled.reshape(-1, mp * kp)
     e = s.shape[0]
     lin = s.view(e, mp // 128, kp // 4, 32, 4, 4).permute(0, 1, 4, 3, 2, 5).reshape(e, mp, kp)
@@ -174,6 +182,10 @@ def sm90_mixed_gemm_scale_interleave(scales: torch.Tensor) -> torch.Tensor:
 
 def sm90_mixed_gemm_scale_deinterleave(interleaved: torch.Tensor) -> torch.Tensor:
     """Inverse of :func:`sm90_mixed_gemm_scale_interleave`: back to ``[E, rows, K/32]``."""
+    require(
+        interleaved.dim() == 5 and tuple(interleaved.shape[3:]) == (16, 16),
+        f"sm90 scale deinterleave: expected [E, rows/64, K/128, 16, 16], got {tuple(interleaved.shape)}",
+    )
     e, rb, kb = interleaved.shape[:3]
     return interleaved.reshape(e, rb, kb, 16, 4, 4).permute(0, 1, 4, 3, 2, 5).reshape(e, rb * 64, kb * 4)
 
@@ -183,9 +195,20 @@ def vllm_sm90_scale_interleave(scales: torch.Tensor) -> torch.Tensor:
 
     ``[E, N, K/32] -> [E, (K/32)/4, 4N]``; requires ``(K/32) % 4 == 0``. Not FlashInfer's order.
     """
+    require(scales.dim() == 3, f"vLLM sm90 scale interleave: expected [E, N, K/32], got {tuple(scales.shape)}")
     e, n, kc = scales.shape
     require(kc % 4 == 0, f"vLLM sm90 scale interleave: K/32 = {kc} must be a multiple of 4")
     return scales.view(e, n, kc // 4, 4).permute(0, 2, 1, 3).reshape(e, kc // 4, n * 4)
+
+
+def vllm_sm90_scale_deinterleave(interleaved: torch.Tensor) -> torch.Tensor:
+    """Inverse of :func:`vllm_sm90_scale_interleave`: ``[E, (K/32)/4, 4N] -> [E, N, K/32]``."""
+    require(
+        interleaved.dim() == 3 and interleaved.shape[2] % 4 == 0,
+        f"vLLM sm90 scale deinterleave: expected [E, K/128, 4N], got {tuple(interleaved.shape)}",
+    )
+    e, kb, n4 = interleaved.shape
+    return interleaved.reshape(e, kb, n4 // 4, 4).permute(0, 2, 1, 3).reshape(e, n4 // 4, kb * 4)
 
 
 # --- AITER layouts (layouts.md §10-§11) ---------------------------------------------------------
@@ -212,7 +235,12 @@ def aiter_e8m0_shuffle(scales: torch.Tensor, fill: int = 0) -> torch.Tensor:
 
 def aiter_e8m0_unshuffle(shuffled: torch.Tensor, rows: int, cols: int) -> torch.Tensor:
     """Inverse of :func:`aiter_e8m0_shuffle` (and of :func:`vllm_asm_scale_swizzle`), cropped."""
+    require(shuffled.dim() == 2, f"e8m0_unshuffle: expected 2-D scales, got {shuffled.dim()}-D")
     sm, sn = shuffled.shape
+    require(
+        sm % 32 == 0 and sn % 8 == 0 and rows <= sm and cols <= sn,
+        f"e8m0_unshuffle: shuffled shape ({sm}, {sn}) must be multiples of (32, 8) and cover ({rows}, {cols})",
+    )
     lin = shuffled.view(sm // 32, sn // 8, 4, 16, 2, 2).permute(0, 5, 3, 1, 4, 2).reshape(sm, sn)
     return lin[:rows, :cols]
 
@@ -244,6 +272,7 @@ def aiter_shuffle_weight(w: torch.Tensor) -> torch.Tensor:
     ``view(-1, N/16, 16, Kb/32, 2, 16).permute(0, 1, 3, 4, 2, 5)``; requires ``N % 16`` and
     ``Kb % 32`` (logical ``K % 64``).
     """
+    require(w.dim() >= 2, f"shuffle_weight: expected [..., N, K/2] bytes, got {tuple(w.shape)}")
     n, kb = w.shape[-2:]
     require(n % 16 == 0, f"shuffle_weight: N = {n} must be a multiple of 16")
     require(kb % 32 == 0, f"shuffle_weight: packed K = {kb} bytes must be a multiple of 32 (K % 64)")
@@ -252,5 +281,64 @@ def aiter_shuffle_weight(w: torch.Tensor) -> torch.Tensor:
 
 def aiter_unshuffle_weight(w: torch.Tensor) -> torch.Tensor:
     """Inverse of :func:`aiter_shuffle_weight`."""
+    require(
+        w.dim() >= 2 and w.shape[-2] % 16 == 0 and w.shape[-1] % 32 == 0,
+        f"unshuffle_weight: expected [..., N, K/2] with N % 16 and K/2 % 32, got {tuple(w.shape)}",
+    )
     n, kb = w.shape[-2:]
     return w.reshape(-1, n // 16, kb // 32, 2, 16, 16).permute(0, 1, 4, 2, 3, 5).reshape(w.shape)
+
+
+# --- Fused gated FC1 row layouts (layouts.md §13) -----------------------------------------------
+
+
+class Fc1Layout(enum.Enum):
+    """Row order of a fused gated FC1 tensor ``[..., 2I, C]`` (a bias ``[..., 2I]`` along its last dim).
+
+    Stacked layouts hold two halves of ``I`` rows; interleaved ones hold row pairs, pair ``j``
+    being channel ``j`` of both projections.
+    """
+
+    GATE_UP = "gate;up"  # vLLM canonical [w1; w3], Marlin, AITER fused_moe (GateMode.SEPARATED)
+    UP_GATE = "up;gate"  # FlashInfer cutlass_fused_moe ``w31``, trtllm-gen before its gated reorder
+    GATE_UP_INTERLEAVED = "g0,u0,g1,u1"  # gpt-oss checkpoints
+    UP_GATE_INTERLEAVED = "u0,g0,u1,g1"  # trtllm-gen after its gated reorder (vLLM ``swap_every_two_rows``)
+
+    @property
+    def interleaved(self) -> bool:
+        return self in (Fc1Layout.GATE_UP_INTERLEAVED, Fc1Layout.UP_GATE_INTERLEAVED)
+
+    @property
+    def gate_first(self) -> bool:
+        return self in (Fc1Layout.GATE_UP, Fc1Layout.GATE_UP_INTERLEAVED)
+
+
+def split_fc1(x: torch.Tensor, layout: Fc1Layout, dim: int = -2) -> tuple[torch.Tensor, torch.Tensor]:
+    """``(gate, up)``, each ``I`` rows along ``dim``, from a fused FC1 tensor in ``layout``.
+
+    Interleaved: ``gate = x[0::2]``, ``up = x[1::2]`` for ``GATE_UP_INTERLEAVED`` (swapped for
+    ``UP_GATE_INTERLEAVED``); stacked: the two halves in the named order.
+    """
+    stacked = deinterleave_rows(x, dim) if layout.interleaved else x
+    require(stacked.shape[dim] % 2 == 0, f"split_fc1: {stacked.shape[dim]} FC1 rows along dim {dim} must be even")
+    first, second = stacked.chunk(2, dim=dim)
+    return (first, second) if layout.gate_first else (second, first)
+
+
+def join_fc1(gate: torch.Tensor, up: torch.Tensor, layout: Fc1Layout, dim: int = -2) -> torch.Tensor:
+    """Inverse of :func:`split_fc1`: fuse ``gate`` and ``up`` (``I`` rows each) into ``layout``."""
+    require(
+        gate.shape == up.shape,
+        f"join_fc1: gate {tuple(gate.shape)} and up {tuple(up.shape)} projections must have the same shape",
+    )
+    stacked = torch.cat((gate, up) if layout.gate_first else (up, gate), dim=dim)
+    return interleave_rows(stacked, dim) if layout.interleaved else stacked
+
+
+def relayout_fc1(x: torch.Tensor, source: Fc1Layout, target: Fc1Layout, dim: int = -2) -> torch.Tensor:
+    """Convert fused FC1 rows from ``source`` to ``target`` layout (``x`` itself when they agree).
+
+    ``GATE_UP_INTERLEAVED -> UP_GATE_INTERLEAVED`` is vLLM's ``swap_every_two_rows``;
+    ``GATE_UP_INTERLEAVED -> UP_GATE`` its de-interleave plus half swap for FlashInfer CUTLASS.
+    """
+    return x if source is target else join_fc1(*split_fc1(x, source, dim), target, dim)

@@ -1,8 +1,10 @@
 """Dense FP4 linear math: an order-fixed fp64 matmul and the dequantized FP4 linear layer.
 
-The matmul accumulates each dot product sequentially along K in fp64 (a ``cumsum`` scan), so
-appending zero terms (padding along K) leaves every output bit unchanged; BLAS blocking would
-not promise that. Inputs are fp32; products of two fp32 values are exact in fp64.
+The matmul accumulates each dot product strictly left to right along K in fp64, one K index at
+a time, so appending zero terms (padding along K) leaves every output bit unchanged on every
+torch version and device; neither BLAS blocking nor ``cumsum`` (whose CPU kernel is not a plain
+sequential scan in every torch release) promises that. Inputs are fp32; products of two fp32
+values are exact in fp64.
 """
 
 from __future__ import annotations
@@ -28,8 +30,11 @@ def exact_matmul(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
     )
     if a.shape[1] == 0 or a.shape[0] == 0 or b.shape[0] == 0:
         return a.new_zeros(a.shape[0], b.shape[0], dtype=torch.float32)
-    prod = a.double()[:, None, :] * b.double()[None, :, :]
-    return prod.cumsum(-1)[..., -1].float()
+    a64, b64 = a.double(), b.double()
+    acc = torch.zeros(a.shape[0], b.shape[0], dtype=torch.float64, device=a.device)
+    for k in range(a.shape[1]):
+        acc += a64[:, k, None] * b64[None, :, k]
+    return acc.float()
 
 
 def mxfp4_linear(x: torch.Tensor, w: Quantized, act_rounding: MxScaleRounding) -> torch.Tensor:

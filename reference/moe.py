@@ -111,6 +111,7 @@ def moe_reference(
     its second GEMM (for example an NVFP4 quantize-dequantize). Top-k slots are accumulated in
     order ``j = 0..k-1``, so the result is deterministic. Returns fp32 ``[T, H]``.
     """
+    require(w13.dim() == 3, f"moe: w13 must be [E, F·I, H], got {tuple(w13.shape)}")
     e, rows, h = w13.shape
     f = 2 if act.gated else 1
     require(x.dim() == 2 and x.shape[1] == h, f"moe: x {tuple(x.shape)} does not match w13 hidden size {h}")
@@ -136,4 +137,33 @@ def moe_reference(
             if w2_bias is not None:
                 y = y + w2_bias[expert]
             out[tok] += weights[tok, j, None] * y
+    return out
+
+
+def moe_magnitude(
+    x: torch.Tensor,
+    w13: torch.Tensor,
+    w2: torch.Tensor,
+    weights: torch.Tensor,
+    ids: torch.Tensor,
+    act: Activation,
+    order: GateUpOrder,
+) -> torch.Tensor:
+    """Rounding-error scale of a gated MoE layer: ``M[t] = Σ_j w[t,j] · |W2[e]| (G ⊙ (U + β))``, ``e = ids[t, j]``.
+
+    ``G = |x| |W_gate[e]|^T`` and ``U = |x| |W_up[e]|^T`` bound ``|gate|`` and ``|up|`` channel by
+    channel (``β`` is SwiGLU-OAI's beta, else 0). For SwiGLU, GeGLU and SwiGLU-OAI,
+    ``|act| <= |gate|·(|up| + β)``, ``|∂act/∂up| <= |gate|`` and ``|∂act/∂gate| <= 1.13·(|up| + β)``,
+    so relative perturbations ``ε`` of gate, up and the activation output move ``out[t]`` by at
+    most about ``3.2·ε·M[t]``. Same shapes as :func:`moe_reference`; returns fp32 ``[T, H]``.
+    """
+    if not act.gated:
+        raise ValueError(f"moe_magnitude is derived for gated activations only, not {act}")
+    beta = act.beta if act.kind is ActivationKind.SWIGLU_OAI else 0.0
+    out = torch.zeros(x.shape, dtype=torch.float32, device=x.device)
+    for j in range(ids.shape[1]):
+        for expert in ids[:, j].unique().tolist():
+            tok = (ids[:, j] == expert).nonzero().flatten()
+            gate, up = split_gate_up(exact_matmul(x[tok].abs(), w13[expert].abs()), order)
+            out[tok] += weights[tok, j, None] * exact_matmul(gate * (up + beta), w2[expert].abs())
     return out

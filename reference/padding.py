@@ -40,5 +40,11 @@ def pad_fused_rows(x: torch.Tensor, halves: int, padded_half: int, fill: int | f
 
 def unpad_fused_rows(x: torch.Tensor, halves: int, half: int) -> torch.Tensor:
     """Inverse of :func:`pad_fused_rows`: keep the first ``half`` rows of each padded block."""
-    blocks = x.split(x.shape[-2] // halves, dim=-2)
+    rows = x.shape[-2]
+    require(halves in (1, 2), f"unpad_fused_rows: halves must be 1 or 2, got {halves}")
+    require(
+        rows % halves == 0 and 0 <= half <= rows // halves,
+        f"unpad_fused_rows: {rows} rows do not hold {halves} blocks of at least {half} rows",
+    )
+    blocks = x.split(rows // halves, dim=-2)
     return torch.cat([b[..., :half, :] for b in blocks], dim=-2)

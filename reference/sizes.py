@@ -24,6 +24,7 @@ def even_split(size: int, tp: int, group: int) -> int:
     misaligned block scales (``vllm-logic.md`` §15).
     """
     require(tp >= 1, f"tensor-parallel degree must be >= 1, got {tp}")
+    require(group >= 1, f"quantization group must be >= 1, got {group}")
     part, rem = divmod(size, tp)
     if rem:
         raise ShapeContractError(f"size {size} is not divisible by tensor-parallel degree {tp}")
@@ -43,6 +44,8 @@ def whole_block_split(size: int, tp: int, group: int) -> tuple[int, ...]:
     ranks hold what remains (possibly fewer, possibly zero); ``size % group == 0`` is required.
     Returns the real channel count of each rank, ``sum == size``.
     """
+    require(tp >= 1, f"tensor-parallel degree must be >= 1, got {tp}")
+    require(group >= 1, f"quantization group must be >= 1, got {group}")
     require(size % group == 0, f"size {size} is not a whole number of {group}-element blocks")
     per_rank = -(-(size // group) // tp) * group
     return tuple(max(0, min(per_rank, size - r * per_rank)) for r in range(tp))

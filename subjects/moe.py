@@ -1,21 +1,23 @@
 """Shared machinery of the MoE alignment contracts (``nvfp4_moe`` and ``mxfp4_moe``).
 
 Protocol: a policy has ``align_moe(backend, weights, gated) -> AlignedMoe``. It gets one rank's
-expert weights, FC1 rows stacked as two halves in the backend's order (FlashInfer's
-``[up; gate]``; per-half padding does not depend on the order), and returns zero-padded weights
-plus the sizes handed to the kernel. It may raise :class:`UnsupportedConfig` to refuse a
-configuration; the properties treat a refusal of a shape real models produce as a failure.
-The backend (an enum of the contract) says which format and kernel library the weights are for.
+expert weights, FC1 rows in the layout ``weights.fc1_layout`` names (``nvfp4_moe``: FlashInfer's
+stacked ``[up; gate]``; ``mxfp4_moe``: the checkpoint's, stacked ``[gate; up]`` or gpt-oss's
+row-interleaved pairs), and returns zero-padded weights plus the sizes handed to the kernel.
+It may raise :class:`UnsupportedConfig` to refuse a configuration; the properties treat a refusal
+of a shape real models produce as a failure. The backend (an enum of the contract) says which
+format and kernel library the weights are for.
 """
 
 from __future__ import annotations
 
 import enum
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Protocol, runtime_checkable
 
 import torch
 
+from reference.layouts import Fc1Layout, relayout_fc1
 from reference.padding import pad_dim, pad_fused_rows
 
 
@@ -29,6 +31,8 @@ class MoeWeights:
 
     ``w13`` uint8 ``[E, F·I, H/2]``, ``w13_scale`` bytes ``[E, F·I, H/block]``,
     ``w2`` uint8 ``[E, H, I/2]``, ``w2_scale`` bytes ``[E, H, I/block]``; ``F = 2`` if gated.
+    ``fc1_layout`` is the row order of gated FC1 tensors (weights, scales and bias alike).
+    Optional fp32 biases: ``w13_bias [E, F·I]`` (in ``fc1_layout``) and ``w2_bias [E, H]``.
     """
 
     w13: torch.Tensor
@@ -36,6 +40,9 @@ class MoeWeights:
     w2: torch.Tensor
     w2_scale: torch.Tensor
     block: int
+    fc1_layout: Fc1Layout = Fc1Layout.UP_GATE
+    w13_bias: torch.Tensor | None = None
+    w2_bias: torch.Tensor | None = None
 
     @property
     def hidden_size(self) -> int:
@@ -62,16 +69,28 @@ class MoeAlignment(Protocol):
         ...
 
 
+def _pad_fc1(x: torch.Tensor, f: int, layout: Fc1Layout, padded_intermediate: int) -> torch.Tensor:
+    """Pad FC1 rows (dim -2) to ``F·Ip``: per half when stacked; at the end when row-interleaved,
+    where each added pair is a zero (gate, up) pair and every real pair stays adjacent."""
+    if f == 2 and layout.interleaved:
+        return pad_dim(x, -2, 2 * padded_intermediate)
+    return pad_fused_rows(x, f, padded_intermediate)
+
+
 def pad_moe(weights: MoeWeights, gated: bool, padded_intermediate: int, padded_hidden: int) -> AlignedMoe:
-    """Zero-pad to ``(Ip, Hp)``: FC1 rows per half, FC1's hidden columns, FC2 rows and FC2's K."""
+    """Zero-pad to ``(Ip, Hp)``: FC1 rows per half (at the end of row-interleaved pairs), FC1's hidden
+    columns, FC2 rows and FC2's K; ``w13_bias`` like FC1 rows, ``w2_bias`` at its end."""
     f = 2 if gated else 1
-    ip, hp, block = padded_intermediate, padded_hidden, weights.block
+    ip, hp, block, layout = padded_intermediate, padded_hidden, weights.block, weights.fc1_layout
     w = MoeWeights(
-        w13=pad_dim(pad_fused_rows(weights.w13, f, ip), -1, hp // 2),
-        w13_scale=pad_dim(pad_fused_rows(weights.w13_scale, f, ip), -1, hp // block),
+        w13=pad_dim(_pad_fc1(weights.w13, f, layout, ip), -1, hp // 2),
+        w13_scale=pad_dim(_pad_fc1(weights.w13_scale, f, layout, ip), -1, hp // block),
         w2=pad_dim(pad_dim(weights.w2, -2, hp), -1, ip // 2),
         w2_scale=pad_dim(pad_dim(weights.w2_scale, -2, hp), -1, ip // block),
         block=block,
+        fc1_layout=layout,
+        w13_bias=None if weights.w13_bias is None else _pad_fc1(weights.w13_bias[..., None], f, layout, ip)[..., 0],
+        w2_bias=None if weights.w2_bias is None else pad_dim(weights.w2_bias, -1, hp),
     )
     return AlignedMoe(w, ip, hp)
 
@@ -79,14 +98,31 @@ def pad_moe(weights: MoeWeights, gated: bool, padded_intermediate: int, padded_h
 def pad_fused_block_at_end(
     weights: MoeWeights, gated: bool, padded_intermediate: int, padded_hidden: int
 ) -> AlignedMoe:
-    """The historical bug (vLLM #55649): FC1's fused block padded at its end, not per half."""
+    """The historical bug (vLLM #55649): FC1's fused block padded at its end, not per half
+    (for a stacked layout this shifts the pairing by ``Ip - I``); ``w13_bias`` likewise."""
     f, block = 2 if gated else 1, weights.block
     aligned = pad_moe(weights, gated, padded_intermediate, padded_hidden).weights
+    rows = f * padded_intermediate
     w = MoeWeights(
-        w13=pad_dim(pad_dim(weights.w13, -2, f * padded_intermediate), -1, padded_hidden // 2),
-        w13_scale=pad_dim(pad_dim(weights.w13_scale, -2, f * padded_intermediate), -1, padded_hidden // block),
+        w13=pad_dim(pad_dim(weights.w13, -2, rows), -1, padded_hidden // 2),
+        w13_scale=pad_dim(pad_dim(weights.w13_scale, -2, rows), -1, padded_hidden // block),
         w2=aligned.w2,
         w2_scale=aligned.w2_scale,
         block=block,
+        fc1_layout=weights.fc1_layout,
+        w13_bias=None if weights.w13_bias is None else pad_dim(weights.w13_bias, -1, rows),
+        w2_bias=aligned.w2_bias,
     )
     return AlignedMoe(w, padded_intermediate, padded_hidden)
+
+
+def relayout_moe(weights: MoeWeights, layout: Fc1Layout) -> MoeWeights:
+    """The gated weights with FC1 rows (weights, scales, bias) converted to ``layout``; FC2 unchanged."""
+    source = weights.fc1_layout
+    return replace(
+        weights,
+        w13=relayout_fc1(weights.w13, source, layout),
+        w13_scale=relayout_fc1(weights.w13_scale, source, layout),
+        w13_bias=None if weights.w13_bias is None else relayout_fc1(weights.w13_bias, source, layout, dim=-1),
+        fc1_layout=layout,
+    )

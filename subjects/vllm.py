@@ -1,41 +1,64 @@
-"""Subject ``vllm``: vLLM's own alignment and fallback code, adapted to the suite's protocols.
+"""Subject ``vllm``: vLLM's own alignment, fallback and placement code, adapted to the suite's protocols.
 
 Enabled when vLLM imports (``scripts/install-vllm-cpu.sh`` installs vLLM 0.33.0 on a CPU
 machine). Every decision comes from vLLM's functions; this module only builds the small input
-objects they need (a layer namespace carrying ``moe_config``) and converts tensors between the
-suite's layout and vLLM's. Where vLLM's code needs a GPU, the adapter substitutes the smallest
-piece, named here:
+objects they need and converts tensors between the suite's layout and vLLM's. Where vLLM's code
+needs a GPU, ROCm or AITER, the adapter substitutes the smallest piece, named in each adapter's
+docstring:
 
-* ``prepare_nvfp4_moe_layer_for_fi_or_cutlass``, FLASHINFER_TRTLLM branch: vLLM pads the hidden
-  size and aligns the intermediate size, then calls ``prepare_static_weights_for_trtllm_fp4_moe``
-  whose 128x4 interleave is a CUDA kernel. The adapter captures that call's inputs (the padded,
-  not yet shuffled weights) and returns them; the suite's own properties then run FlashInfer's
-  real shuffle helpers on them.
-* the CUTLASS branch: ``swizzle_blockscale`` ends with ``.cuda()``; on a machine without CUDA
-  the adapter makes ``Tensor.cuda`` the identity for the duration of the call, and reads the
-  swizzled scales back with the reference inverse.
+* ``nvfp4_moe``: :class:`VllmNvfp4MoeAlignment` (``prepare_nvfp4_moe_layer_for_fi_or_cutlass``);
+* ``mxfp4_linear``: :class:`VllmAiterMxfp4Linear` (``_asm_fp4_scale_swizzle_supported`` and
+  ``AiterMxfp4LinearKernel.process_weights_after_loading``; the activation quantizer of each
+  path read from ``gemm_with_dynamic_quant``'s source);
+* ``shared_expert``: :class:`VllmQwen3NextSharedExpert` (``resolve_layer_fused_shared_expert``
+  then ``_should_replicate_misaligned_shared_expert``, in the order ``Qwen3NextSparseMoeBlock``
+  uses, checked against its source); it is also the linear policy, so its dense shared expert
+  meets vLLM's own ASM guard;
+* ``mxfp4_moe``: :class:`VllmMxfp4MoeAlignment` (sizes from
+  ``mxfp4_round_up_hidden_size_and_intermediate_size``; placement from the suite).
+
+Upstream bugs of vLLM 0.33.0 that properties catch are listed in :data:`VLLM_KNOWN_FAILURES`.
 """
 
 from __future__ import annotations
 
+import ast
 import contextlib
 import functools
 import importlib
+import importlib.util
+import inspect
+import sys
+import textwrap
 import types
 from collections.abc import Iterator
+from typing import Any
 from unittest import mock
 
 import torch
 
-from reference.layouts import swap_halves, unswizzle_128x4
+from reference.formats import MxScaleRounding
+from reference.layouts import aiter_shuffle_weight, swap_halves, unswizzle_128x4
+from reference.sizes import round_up
 from subjects.moe import AlignedMoe, MoeWeights, UnsupportedConfig
+from subjects.mxfp4_linear import ASM_FORCE_TRITON_SCALE_ROWS, AiterLinearPath, PreparedMxfp4Linear
+from subjects.mxfp4_linear import CONTRACT as MXFP4_LINEAR
+from subjects.mxfp4_moe import CONTRACT as MXFP4_MOE
+from subjects.mxfp4_moe import BuiltinMxfp4MoeAlignment, Mxfp4MoeBackend
 from subjects.nvfp4_moe import CONTRACT as NVFP4_MOE
 from subjects.nvfp4_moe import MoeBackend
 from subjects.registry import KnownFailure, Subject, register_subject
+from subjects.shared_expert import CONTRACT as SHARED_EXPERT
+from subjects.shared_expert import SharedExpertPlacement, SharedExpertRefused, SharedExpertSetup
 
 
 class VllmUnavailable(RuntimeError):
     """vLLM is not importable here."""
+
+
+class VllmSourceMismatch(RuntimeError):
+    """vLLM's source no longer has the structure an adapter reads from it: a vLLM regression, or an
+    adapter to update. Deliberately not a ``ValueError``, which properties read as a refusal."""
 
 
 @functools.cache
@@ -46,13 +69,36 @@ def vllm_modules() -> types.SimpleNamespace:
         ffm = importlib.import_module("vllm.model_executor.layers.quantization.utils.flashinfer_fp4_moe")
         nvfp4_oracle = importlib.import_module("vllm.model_executor.layers.fused_moe.oracle.nvfp4")
         activation = importlib.import_module("vllm.model_executor.layers.fused_moe.activation")
+        mxfp4_oracle = importlib.import_module("vllm.model_executor.layers.fused_moe.oracle.mxfp4")
+        moe_utils = importlib.import_module("vllm.model_executor.layers.fused_moe.utils")
+        aiter_linear = importlib.import_module("vllm.model_executor.kernels.linear.mxfp4.aiter")
+        linear_base = importlib.import_module("vllm.model_executor.kernels.linear.mxfp4.base")
+        quant_utils = importlib.import_module("vllm.model_executor.layers.quantization.utils.quant_utils")
+        qwen3_next = importlib.import_module("vllm.model_executor.models.qwen3_next")
     except Exception as exc:
         raise VllmUnavailable(
             f"vLLM is not importable ({type(exc).__name__}: {exc}); run scripts/install-vllm-cpu.sh"
         ) from exc
     return types.SimpleNamespace(
-        ffm=ffm, NvFp4MoeBackend=nvfp4_oracle.NvFp4MoeBackend, MoEActivation=activation.MoEActivation
+        ffm=ffm,
+        NvFp4MoeBackend=nvfp4_oracle.NvFp4MoeBackend,
+        MoEActivation=activation.MoEActivation,
+        mxfp4_oracle=mxfp4_oracle,
+        moe_utils=moe_utils,
+        aiter_linear=aiter_linear,
+        MxFp4LinearLayerConfig=linear_base.MxFp4LinearLayerConfig,
+        kMxfp4Dynamic=quant_utils.kMxfp4Dynamic,
+        qwen3_next=qwen3_next,
     )
+
+
+def _call_name(node: ast.Call) -> str:
+    """``f`` for ``f(...)`` and ``obj.f(...)``; empty for other callees."""
+    func = node.func
+    return func.id if isinstance(func, ast.Name) else func.attr if isinstance(func, ast.Attribute) else ""
+
+
+# --- nvfp4_moe: prepare_nvfp4_moe_layer_for_fi_or_cutlass ------------------------------------------
 
 
 @contextlib.contextmanager
@@ -77,7 +123,16 @@ def _fake_layer(v: types.SimpleNamespace, gated: bool, hidden: int, intermediate
 
 
 class VllmNvfp4MoeAlignment:
-    """``prepare_nvfp4_moe_layer_for_fi_or_cutlass`` (vLLM) for FlashInfer TRT-LLM and CUTLASS."""
+    """``prepare_nvfp4_moe_layer_for_fi_or_cutlass`` (vLLM) for FlashInfer TRT-LLM and CUTLASS.
+
+    * FLASHINFER_TRTLLM branch: vLLM pads the hidden size and aligns the intermediate size, then
+      calls ``prepare_static_weights_for_trtllm_fp4_moe`` whose 128x4 interleave is a CUDA kernel.
+      The adapter captures that call's inputs (the padded, not yet shuffled weights) and returns
+      them; the suite's own properties then run FlashInfer's real shuffle helpers on them.
+    * CUTLASS branch: ``swizzle_blockscale`` ends with ``.cuda()``; on a machine without CUDA the
+      adapter makes ``Tensor.cuda`` the identity for the duration of the call, and reads the
+      swizzled scales back with the reference inverse.
+    """
 
     def align_moe(self, backend: MoeBackend, weights: MoeWeights, gated: bool) -> AlignedMoe:
         v = vllm_modules()
@@ -117,7 +172,9 @@ class VllmNvfp4MoeAlignment:
     @staticmethod
     def _cutlass(v: types.SimpleNamespace, args: tuple, gated: bool, hidden: int) -> AlignedMoe:
         """vLLM's CUTLASS branch pads non-gated rows itself but leaves ``intermediate_size_per_partition``
-        unchanged; the padded size reported here is read off the returned ``w2``."""
+        unchanged. No consumer on that path reads it (``FlashInferExperts.apply`` hands the weights to
+        ``cutlass_fused_moe``, the modular kernel takes N from ``w1.shape``), so the size the kernel
+        sees, reported here, is read off the returned ``w2``."""
         try:
             with _cuda_as_identity():
                 out = v.ffm.prepare_nvfp4_moe_layer_for_fi_or_cutlass(
@@ -137,6 +194,339 @@ class VllmNvfp4MoeAlignment:
         return AlignedMoe(aligned, ip, hidden)
 
 
+# --- mxfp4_linear: AiterMxfp4LinearKernel ----------------------------------------------------------
+
+ASM_FLAG = "rocm_use_aiter_fp4_asm_gemm"
+"""The parameter of vLLM's ``gemm_with_dynamic_quant`` that selects the ASM branch."""
+
+QUANTIZER_ROUNDING = {
+    "per_1x32_f4_quant_hip": MxScaleRounding.RCEIL,
+    "dynamic_mxfp4_quant": MxScaleRounding.EVEN,
+}
+"""AITER's MXFP4 activation quantizers and their scale rounding (``formats.md`` §7): the HIP quantizer
+rounds up (RoundUp = RCEIL) since AITER PR #3212, the Triton one hard-codes Even. This table is the
+suite's knowledge of AITER; which quantizer each path calls is read from vLLM's source."""
+
+_TUNED = types.SimpleNamespace(
+    is_asm_fp4_gemm_tuned=lambda n, k_bytes: True,
+    is_triton_gemm_afp4wfp4_presh_ws_tuned=lambda n, k_bytes: True,
+)
+"""Stands in for ``rocm_aiter_ops`` in the kernel module: every (N, K) is tuned, so only the scale-shape
+guard decides (the suite does not model AITER's tuned-shape lists)."""
+
+
+def _reference_shuffle_weight(weight: torch.Tensor, layout: tuple[int, int] = (16, 16)) -> torch.Tensor:
+    """Stand-in for ``aiter.ops.shuffle.shuffle_weight``: the suite's ``reference.layouts.aiter_shuffle_weight``."""
+    if tuple(layout) != (16, 16):
+        raise VllmSourceMismatch(f"vLLM asks AITER's shuffle_weight for layout {layout}; the reference has (16, 16)")
+    return aiter_shuffle_weight(weight)
+
+
+@contextlib.contextmanager
+def _aiter_shuffle_importable() -> Iterator[None]:
+    """Make ``from aiter.ops.shuffle import shuffle_weight`` work: AITER's own where it is installed,
+    else stub modules holding :func:`_reference_shuffle_weight`."""
+    if importlib.util.find_spec("aiter") is not None:
+        yield
+        return
+    shuffle = types.ModuleType("aiter.ops.shuffle")
+    shuffle.shuffle_weight = _reference_shuffle_weight
+    ops = types.ModuleType("aiter.ops")
+    ops.shuffle = shuffle
+    aiter = types.ModuleType("aiter")
+    aiter.ops = ops
+    with mock.patch.dict(sys.modules, {"aiter": aiter, "aiter.ops": ops, "aiter.ops.shuffle": shuffle}):
+        yield
+
+
+def _branch_quantizer(stmts: list[ast.stmt], path: AiterLinearPath) -> str:
+    """The one activation quantizer called in a branch of ``gemm_with_dynamic_quant``."""
+    names = {_call_name(n) for s in stmts for n in ast.walk(s) if isinstance(n, ast.Call)}
+    quantizers = sorted(n for n in names if "quant" in n)
+    if len(quantizers) != 1 or quantizers[0] not in QUANTIZER_ROUNDING:
+        raise VllmSourceMismatch(
+            f"vLLM's gemm_with_dynamic_quant calls the activation quantizer(s) {quantizers} on the {path.value} "
+            f"path; the adapter knows the rounding of {sorted(QUANTIZER_ROUNDING)} and expects exactly one"
+        )
+    return quantizers[0]
+
+
+def quantizers_from_source(module_source: str, apply_weights_source: str) -> dict[AiterLinearPath, str]:
+    """Which AITER quantizer each path of vLLM's ``gemm_with_dynamic_quant`` runs, read from source.
+
+    ``module_source`` must define ``gemm_with_dynamic_quant(..., rocm_use_aiter_fp4_asm_gemm, ...)``
+    with an ``if rocm_use_aiter_fp4_asm_gemm: ... else: ...`` branch (ASM body, Triton else), and
+    ``apply_weights_source`` must pass ``self.use_asm_gemm`` as that flag, so the path the kernel
+    reports after weight processing is the branch that runs. Raises :class:`VllmSourceMismatch`.
+    """
+    gemm = next(
+        (
+            n
+            for n in ast.walk(ast.parse(module_source))
+            if isinstance(n, ast.FunctionDef) and n.name == "gemm_with_dynamic_quant"
+        ),
+        None,
+    )
+    params = [] if gemm is None else [a.arg for a in gemm.args.args]
+    if ASM_FLAG not in params:
+        raise VllmSourceMismatch(f"vLLM's aiter linear module has no gemm_with_dynamic_quant(..., {ASM_FLAG}, ...)")
+    branch = next(
+        (
+            n
+            for n in ast.walk(gemm)
+            if isinstance(n, ast.If) and isinstance(n.test, ast.Name) and n.test.id == ASM_FLAG and n.orelse
+        ),
+        None,
+    )
+    if branch is None:
+        raise VllmSourceMismatch(f"gemm_with_dynamic_quant has no 'if {ASM_FLAG}: ... else: ...' branch")
+    position = params.index(ASM_FLAG)
+    calls = [
+        n
+        for n in ast.walk(ast.parse(textwrap.dedent(apply_weights_source)))
+        if isinstance(n, ast.Call) and _call_name(n) == "gemm_with_dynamic_quant"
+    ]
+    flag_args = [ast.unparse(c.args[position]) for c in calls if len(c.args) > position]
+    if flag_args != ["self.use_asm_gemm"]:
+        raise VllmSourceMismatch(
+            f"AiterMxfp4LinearKernel.apply_weights passes {flag_args} as {ASM_FLAG}, not self.use_asm_gemm"
+        )
+    return {
+        AiterLinearPath.ASM: _branch_quantizer(branch.body, AiterLinearPath.ASM),
+        AiterLinearPath.TRITON: _branch_quantizer(branch.orelse, AiterLinearPath.TRITON),
+    }
+
+
+@functools.cache
+def linear_path_quantizers() -> dict[AiterLinearPath, str]:
+    """:func:`quantizers_from_source` on the installed vLLM (``gemm_with_dynamic_quant`` is defined only
+    where AITER is supported, so the whole module's source is parsed)."""
+    v = vllm_modules()
+    return quantizers_from_source(
+        inspect.getsource(v.aiter_linear), inspect.getsource(v.aiter_linear.AiterMxfp4LinearKernel.apply_weights)
+    )
+
+
+class VllmAiterMxfp4Linear:
+    """vLLM's ``AiterMxfp4LinearKernel`` (``vllm/model_executor/kernels/linear/mxfp4/aiter.py``).
+
+    * ``use_asm_gemm(shape)``: ``_asm_fp4_scale_swizzle_supported`` on an empty uint8 tensor of that shape.
+    * ``process_mxfp4_linear_weights``: ``process_weights_after_loading`` on a ``torch.nn.Module``
+      holding ``weight`` and ``weight_scale`` Parameters. The kernel is built with
+      ``object.__new__`` (its constructor asserts a ROCm platform) with ``asm_gemm_supported =
+      asm_enabled`` (what ``rocm_aiter_ops.is_asm_fp4_gemm_supported()`` answers under
+      ``VLLM_ROCM_USE_AITER_FP4_ASM_GEMM``). Patched: the module's ``rocm_aiter_ops`` reports every
+      (N, K) as tuned (:data:`_TUNED`); where AITER is not importable, ``aiter.ops.shuffle`` is a
+      stub whose ``shuffle_weight`` is the suite's ``reference.layouts.aiter_shuffle_weight``. So on
+      CPU the guard, the path, the scale swizzle and the Triton transpose are vLLM's; the ASM
+      weight shuffle is the reference's.
+    * ``prepare_asm_linear`` / ``prepare_triton_linear``: the same call with ASM enabled / disabled
+      (vLLM itself falls back to Triton if its guard rejects the scale).
+    * ``linear_activation_rounding``: the rounding (:data:`QUANTIZER_ROUNDING`) of the quantizer
+      vLLM's ``gemm_with_dynamic_quant`` calls on that path (:func:`linear_path_quantizers`).
+    """
+
+    def use_asm_gemm(self, scale_shape: tuple[int, ...]) -> bool:
+        v = vllm_modules()
+        return bool(v.aiter_linear._asm_fp4_scale_swizzle_supported(torch.empty(tuple(scale_shape), dtype=torch.uint8)))
+
+    def process_mxfp4_linear_weights(
+        self, weight: torch.Tensor, scale: torch.Tensor, asm_enabled: bool
+    ) -> PreparedMxfp4Linear:
+        v = vllm_modules()
+        kernel = object.__new__(v.aiter_linear.AiterMxfp4LinearKernel)
+        kernel.config = v.MxFp4LinearLayerConfig(activation_quant_key=v.kMxfp4Dynamic)
+        kernel.asm_gemm_supported = asm_enabled
+        kernel.use_asm_gemm = False
+        kernel.out_dtype = torch.bfloat16
+        layer = torch.nn.Module()
+        layer.weight = torch.nn.Parameter(weight.clone(), requires_grad=False)
+        layer.weight_scale = torch.nn.Parameter(scale.clone(), requires_grad=False)
+        with mock.patch.object(v.aiter_linear, "rocm_aiter_ops", _TUNED), _aiter_shuffle_importable():
+            kernel.process_weights_after_loading(layer)
+        path = AiterLinearPath.ASM if kernel.use_asm_gemm else AiterLinearPath.TRITON
+        return PreparedMxfp4Linear(path, layer.weight.detach(), layer.weight_scale.detach())
+
+    def prepare_asm_linear(self, weight: torch.Tensor, scale: torch.Tensor) -> PreparedMxfp4Linear:
+        return self.process_mxfp4_linear_weights(weight, scale, asm_enabled=True)
+
+    def prepare_triton_linear(self, weight: torch.Tensor, scale: torch.Tensor) -> PreparedMxfp4Linear:
+        return self.process_mxfp4_linear_weights(weight, scale, asm_enabled=False)
+
+    def linear_activation_rounding(self, path: AiterLinearPath) -> MxScaleRounding:
+        return QUANTIZER_ROUNDING[linear_path_quantizers()[path]]
+
+
+# --- shared_expert: Qwen3NextSparseMoeBlock ----------------------------------------------------------
+
+FSE_RESOLVER = "resolve_layer_fused_shared_expert"
+REPLICATE_GATE = "_should_replicate_misaligned_shared_expert"
+
+
+def call_order_problem(init_source: str) -> str | None:
+    """Why ``init_source`` (``Qwen3NextSparseMoeBlock.__init__``) does not resolve fusion before the
+    replicate gate: a missing call, or the first ``_should_replicate_misaligned_shared_expert`` call
+    before the first ``resolve_layer_fused_shared_expert`` call. None when the order is vLLM's fixed one."""
+    lines: dict[str, int] = {}
+    for node in ast.walk(ast.parse(textwrap.dedent(init_source))):
+        if isinstance(node, ast.Call) and _call_name(node) in (FSE_RESOLVER, REPLICATE_GATE):
+            name = _call_name(node)
+            lines[name] = min(lines.get(name, node.lineno), node.lineno)
+    missing = [n for n in (FSE_RESOLVER, REPLICATE_GATE) if n not in lines]
+    if missing:
+        return f"Qwen3NextSparseMoeBlock.__init__ no longer calls {', '.join(missing)}"
+    if lines[FSE_RESOLVER] > lines[REPLICATE_GATE]:
+        return (
+            f"Qwen3NextSparseMoeBlock.__init__ calls {REPLICATE_GATE} (line {lines[REPLICATE_GATE]}) before "
+            f"{FSE_RESOLVER} (line {lines[FSE_RESOLVER]}): the pre-#55213 order, where an FSE-capable shared "
+            "expert is replicated or refused"
+        )
+    return None
+
+
+@functools.cache
+def fse_order_problem() -> str | None:
+    """:func:`call_order_problem` on the installed ``Qwen3NextSparseMoeBlock.__init__``.
+
+    The composition is inlined in the model's constructor (it needs distributed groups and a
+    ``VllmConfig``), so the adapter composes the two functions itself and checks the order here.
+    """
+    return call_order_problem(inspect.getsource(vllm_modules().qwen3_next.Qwen3NextSparseMoeBlock.__init__))
+
+
+class VllmQwen3NextSharedExpert(VllmAiterMxfp4Linear):
+    """``Qwen3NextSparseMoeBlock.__init__``'s shared-expert decision, from vLLM's two functions.
+
+    ``fused = resolve_layer_fused_shared_expert(None, prefix, shared_expert_name="shared_expert")``
+    (only when ``I > 0``), then ``replicate = False if fused else
+    _should_replicate_misaligned_shared_expert(I, tp, group, ep, sp)``, the model's order, which
+    :func:`fse_order_problem` checks against the constructor's source (a mismatch raises
+    :class:`VllmSourceMismatch`). Patched for the call: ``fused_moe.utils.rocm_aiter_ops`` reports
+    the setup's FSE switch (AITER's ``is_fusion_moe_shared_experts_enabled``), and
+    ``is_shared_expert_quant_fse_compatible`` the setup's quantization compatibility (vLLM derives
+    it from a Quark config; the setup's ``group`` replaces ``get_quark_ocp_mx_group_size`` likewise).
+    vLLM's ``ValueError`` becomes :class:`SharedExpertRefused`. The class is also the linear policy
+    (vLLM's AITER guard), so the dense shared expert is tested with vLLM's own guard.
+    """
+
+    PREFIX = "model.layers.0.mlp"
+
+    def shared_expert_placement(self, setup: SharedExpertSetup) -> SharedExpertPlacement:
+        problem = fse_order_problem()
+        if problem is not None:
+            raise VllmSourceMismatch(problem)
+        v = vllm_modules()
+        try:
+            fused = setup.intermediate > 0 and self._resolve_fused(v, setup)
+            replicate = False if fused else v.qwen3_next._should_replicate_misaligned_shared_expert(
+                setup.intermediate, setup.tp, setup.group, setup.expert_parallel, setup.sequence_parallel
+            )  # fmt: skip
+        except ValueError as exc:
+            raise SharedExpertRefused(str(exc)) from exc
+        if setup.intermediate <= 0:
+            return SharedExpertPlacement.ABSENT
+        if fused:
+            return SharedExpertPlacement.FUSED
+        return SharedExpertPlacement.REPLICATED if replicate else SharedExpertPlacement.SHARDED
+
+    def _resolve_fused(self, v: types.SimpleNamespace, setup: SharedExpertSetup) -> bool:
+        aiter_ops = types.SimpleNamespace(is_fusion_moe_shared_experts_enabled=lambda: setup.fse_enabled)
+        reason = None if setup.fse_quant_compatible else "shared-expert quantization differs from the routed experts'"
+
+        def compatible(*_: object, **__: object) -> tuple[bool, str | None]:
+            return setup.fse_quant_compatible, reason
+
+        with (
+            mock.patch.object(v.moe_utils, "rocm_aiter_ops", aiter_ops),
+            mock.patch.object(v.moe_utils, "is_shared_expert_quant_fse_compatible", compatible),
+        ):
+            return bool(
+                v.moe_utils.resolve_layer_fused_shared_expert(None, self.PREFIX, shared_expert_name="shared_expert")
+            )
+
+
+# --- mxfp4_moe: mxfp4_round_up_hidden_size_and_intermediate_size -----------------------------------
+
+VLLM_MXFP4_BACKENDS = {
+    Mxfp4MoeBackend.FLASHINFER_TRTLLM: "FLASHINFER_TRTLLM_MXFP4_BF16",  # same rounding as _MXFP8 (TRTLLM_BACKENDS)
+    Mxfp4MoeBackend.FLASHINFER_CUTLASS_SM90: "FLASHINFER_CUTLASS_MXFP4_BF16",
+    # Quark OCP-MX W4A4: e8m0_shuffle + shuffle_weights, the layout the suite's AITER backend models
+    # (AITER_MXFP4_BF16 is the a16w4 path with shuffle_weight_a16w4, another layout)
+    Mxfp4MoeBackend.AITER: "AITER_MXFP4_MXFP4",
+    Mxfp4MoeBackend.MARLIN: "MARLIN",
+}
+"""The suite's MXFP4 MoE backends as vLLM's ``Mxfp4MoeBackend`` members."""
+
+CDNA4 = 4
+"""gfx950 (MI350x / MI355x), the suite's AITER target, is CDNA 4."""
+
+
+@contextlib.contextmanager
+def _rocm_platform(v: types.SimpleNamespace) -> Iterator[None]:
+    """A ROCm CDNA4 platform for the oracle: its ``current_platform`` answers ``is_rocm()``, and
+    ``vllm.platforms.rocm`` (which queries the GPU at import) is a stub with ``get_cdna_version() = 4``.
+    Nothing is patched where the platform already is ROCm."""
+    if v.mxfp4_oracle.current_platform.is_rocm():
+        yield
+        return
+    platform = types.SimpleNamespace(is_rocm=lambda: True, is_xpu=lambda: False)
+    rocm = types.ModuleType("vllm.platforms.rocm")
+    rocm.get_cdna_version = lambda: CDNA4
+    with (
+        mock.patch.object(v.mxfp4_oracle, "current_platform", platform),
+        mock.patch.dict(sys.modules, {"vllm.platforms.rocm": rocm}),
+    ):
+        yield
+
+
+class VllmMxfp4MoeAlignment(BuiltinMxfp4MoeAlignment):
+    """Sizes from vLLM's ``mxfp4_round_up_hidden_size_and_intermediate_size`` (``fused_moe/oracle/mxfp4.py``),
+    for the vLLM backend :data:`VLLM_MXFP4_BACKENDS` names; AITER under a patched ROCm CDNA4 platform
+    (:func:`_rocm_platform`), called without ``activation`` as Quark's ``maybe_roundup_sizes`` does.
+
+    Only the sizes are vLLM's: the zero padding per gate/up half and the FC1 row order are the built-in
+    policy's (``subjects.moe.pad_moe``, ``reference.padding``), since vLLM places weights in the padded
+    buffers through its weight loader, which needs a whole model.
+    """
+
+    def sizes(self, backend: Mxfp4MoeBackend, weights: MoeWeights) -> tuple[int, int]:
+        v = vllm_modules()
+        member = v.mxfp4_oracle.Mxfp4MoeBackend[VLLM_MXFP4_BACKENDS[backend]]
+        platform = _rocm_platform(v) if backend is Mxfp4MoeBackend.AITER else contextlib.nullcontext()
+        with platform:
+            hidden, intermediate = v.mxfp4_oracle.mxfp4_round_up_hidden_size_and_intermediate_size(
+                member, weights.hidden_size, weights.intermediate_size
+            )
+        return intermediate, hidden
+
+
+# --- known upstream bugs -----------------------------------------------------------------------------
+
+
+def _asm_force_triton_rows(case: Any) -> bool:
+    """A 2-D scale (``ScaleShapeCase``) the layout guard accepts whose row count ASM gets wrong (96 rows)."""
+    shape = tuple(case.shape)
+    return len(shape) == 2 and shape[0] in ASM_FORCE_TRITON_SCALE_ROWS and shape[1] % 8 == 0
+
+
+def _aiter_w4a4_inter_not_256(config: Any) -> bool:
+    """vLLM 0.33.0 rounds the AITER W4A4 intermediate (``Mxfp4MoeConfig``) to 128; the result is not a multiple of 256."""
+    return round_up(config.shape.intermediate, 128) % 256 != 0
+
+
+def _marlin_inter_over_128(config: Any) -> bool:
+    """vLLM rounds Marlin's intermediate (``Mxfp4MoeConfig``) to 128 where ``ru(I, 64)`` is smaller."""
+    i = config.shape.intermediate
+    return round_up(i, 128) != round_up(i, 64)
+
+
+AITER_5233 = (
+    "vLLM 0.33.0's oracle rounds the AITER W4A4 (AITER_MXFP4_MXFP4) intermediate size to 128 (the change of vLLM "
+    "PR #55104, which its author marks as silently corrupting decode output until AITER PR #5232 lands): AITER's "
+    "CK-Tile stage 2 mis-indexes E8M0 scales unless inter_dim % 256 == 0 (MiniMax-M3 TP8, I = 384), and "
+    "e8m0_shuffle pads scales whose K/32 is not a multiple of 8"
+)
+
 VLLM_KNOWN_FAILURES: tuple[KnownFailure, ...] = (
     KnownFailure(
         NVFP4_MOE,
@@ -146,13 +536,48 @@ VLLM_KNOWN_FAILURES: tuple[KnownFailure, ...] = (
         applies=lambda shape: shape.gated and (2 * shape.intermediate) % 128 != 0,
         backend=MoeBackend.FLASHINFER_CUTLASS.value,
     ),
+    KnownFailure(
+        MXFP4_LINEAR,
+        "_asm_fp4_scale_swizzle_supported keeps 96-row scales (Qwen3.8 TP1 GDN in_proj_ba, (96, 160)) on the ASM "
+        "GEMM, numerically wrong at M <= 64; open fix: PR #58139 (not in 0.33.0)",
+        "https://github.com/vllm-project/vllm/pull/58139",
+        applies=_asm_force_triton_rows,
+        check="check_asm_guard_truth_table",
+    ),
+    *(
+        KnownFailure(
+            MXFP4_MOE,
+            AITER_5233,
+            "https://github.com/ROCm/aiter/issues/5233",
+            applies=_aiter_w4a4_inter_not_256,
+            backend=Mxfp4MoeBackend.AITER.value,
+            check=check,
+        )
+        for check in ("check_backend_accepts", "check_aiter_shuffle_round_trip")
+    ),
+    KnownFailure(
+        MXFP4_MOE,
+        "Marlin MXFP4 MoE intermediate rounded to 128 instead of ru(I, lcm(64, 32)) (DeepSeek-V4.1-Flash TP8: "
+        "288 -> 384, not 320; 7.8 GiB per GPU); open fix: PR #56697",
+        "https://github.com/vllm-project/vllm/pull/56697",
+        applies=_marlin_inter_over_128,
+        backend=Mxfp4MoeBackend.MARLIN.value,
+        check="check_minimal_and_idempotent",
+    ),
 )
+
+_SHARED_AND_LINEAR = VllmQwen3NextSharedExpert()
 
 register_subject(
     Subject(
         "vllm",
-        "vLLM's real alignment and fallback functions (scripts/install-vllm-cpu.sh)",
-        {NVFP4_MOE: VllmNvfp4MoeAlignment()},
+        "vLLM's real alignment, fallback and placement functions (scripts/install-vllm-cpu.sh)",
+        {
+            NVFP4_MOE: VllmNvfp4MoeAlignment(),
+            MXFP4_LINEAR: _SHARED_AND_LINEAR,
+            SHARED_EXPERT: _SHARED_AND_LINEAR,
+            MXFP4_MOE: VllmMxfp4MoeAlignment(),
+        },
         known_failures=VLLM_KNOWN_FAILURES,
     )
 )

@@ -153,7 +153,7 @@ def test_external_policy_by_import_path(tmp_path: Path) -> None:
         "--subject",
         "my_engine:policy",
         tmp_path=tmp_path,
-        env={"PYTHONPATH": str(tmp_path)},
+        env={"PYTHONPATH": os.pathsep.join(filter(None, [str(tmp_path), os.environ.get("PYTHONPATH")]))},
     )
     assert result.returncode == 0, result.stdout[-3000:]
     assert "2 passed" in result.stdout

@@ -1,0 +1,233 @@
+"""Self-tests of the ``vllm`` subject's adapters (skipped where vLLM is not installed).
+
+* Each adapter returns what vLLM's function decides, with only the documented pieces substituted:
+  the AITER linear guard and weight processing, the shared-expert composition, the MXFP4 oracle's
+  sizes (AITER under the patched ROCm platform), the NVFP4 CUTLASS branch.
+* The source readers (activation quantizer per path, fusion-before-replicate order) read the
+  installed vLLM, and raise :class:`subjects.vllm.VllmSourceMismatch` on altered sources, so a
+  vLLM regression of either fails the properties instead of passing silently.
+* The known-failure ledger names only contracts, backends and checks that exist.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import inspect
+import sys
+
+import pytest
+import torch
+
+from conformance import test_mxfp4_linear, test_mxfp4_moe, test_nvfp4_moe, test_shared_expert
+from reference.formats import MxScaleRounding
+from reference.layouts import aiter_shuffle_weight, vllm_asm_scale_swizzle
+from subjects import vllm as sv
+from subjects.moe import MoeWeights, UnsupportedConfig
+from subjects.mxfp4_linear import AiterLinearPath
+from subjects.mxfp4_moe import Mxfp4MoeBackend
+from subjects.nvfp4_moe import MoeBackend
+from subjects.registry import backends, contracts, resolve
+from subjects.shared_expert import SharedExpertPlacement, SharedExpertRefused, SharedExpertSetup
+
+pytestmark = pytest.mark.vllm
+
+ASM, TRITON = AiterLinearPath.ASM, AiterLinearPath.TRITON
+POLICY = sv.VllmQwen3NextSharedExpert()
+
+
+def test_subject_implements_every_contract() -> None:
+    subject = resolve("vllm")
+    assert set(subject.policies) == set(contracts())
+    assert subject.policy("mxfp4_linear") is subject.policy("shared_expert")  # one unit: vLLM's own guard
+    for contract, policy in subject.policies.items():
+        assert isinstance(policy, contracts()[contract])
+
+
+def test_known_failures_name_real_checks_and_backends() -> None:
+    modules = {
+        "nvfp4_moe": test_nvfp4_moe,
+        "mxfp4_linear": test_mxfp4_linear,
+        "shared_expert": test_shared_expert,
+        "mxfp4_moe": test_mxfp4_moe,
+    }
+    for known in sv.VLLM_KNOWN_FAILURES:
+        assert known.link.startswith("https://github.com/")
+        assert known.backend is None or known.backend in {b.value for b in backends(known.contract)}
+        assert known.check is None or hasattr(modules[known.contract], known.check), known.check
+
+
+@pytest.mark.parametrize(
+    ("shape", "want"),
+    [
+        ((2560, 80), True),
+        ((32, 8), True),
+        ((2560, 20), False),
+        ((30, 8), False),
+        ((2560,), False),
+        ((80, 2, 16), False),
+    ],
+)
+def test_guard_is_vllms(shape: tuple[int, ...], want: bool) -> None:
+    assert POLICY.use_asm_gemm(shape) is want
+
+
+def test_guard_lacks_the_96_row_rule_in_0_33_0() -> None:
+    """vLLM PR #58139 is not in 0.33.0 (the ledger's expected failure); this fails once it is."""
+    assert POLICY.use_asm_gemm((96, 160)) is True
+
+
+def _layer(n: int, k: int) -> tuple[torch.Tensor, torch.Tensor]:
+    g = torch.Generator().manual_seed(n * k)
+    weight = torch.randint(0, 256, (n, k // 2), generator=g, dtype=torch.int64).to(torch.uint8)
+    scale = torch.randint(118, 136, (n, k // 32), generator=g, dtype=torch.int64).to(torch.uint8)
+    return weight, scale
+
+
+def test_weight_processing_paths() -> None:
+    """ASM: vLLM's scale swizzle and the (reference) weight shuffle; Triton: the stored transpose; a
+    guarded-out scale falls back inside vLLM; the inputs are never modified."""
+    weight, scale = _layer(64, 512)
+    w0, s0 = weight.clone(), scale.clone()
+    asm = POLICY.process_mxfp4_linear_weights(weight, scale, asm_enabled=True)
+    assert asm.path is ASM
+    assert torch.equal(asm.scale, vllm_asm_scale_swizzle(scale))
+    assert torch.equal(asm.weight, aiter_shuffle_weight(weight))
+    triton = POLICY.process_mxfp4_linear_weights(weight, scale, asm_enabled=False)
+    assert triton.path is TRITON and torch.equal(triton.weight, weight)
+    assert torch.equal(triton.scale, scale.T) and triton.scale.is_contiguous()
+    assert torch.equal(weight, w0) and torch.equal(scale, s0)
+    assert POLICY.prepare_asm_linear(*_layer(48, 512)).path is TRITON  # 48 rows: vLLM's own fallback
+    assert "aiter.ops.shuffle" not in sys.modules or importlib.util.find_spec("aiter") is not None
+
+
+def test_activation_rounding_read_from_vllm() -> None:
+    assert sv.linear_path_quantizers() == {ASM: "per_1x32_f4_quant_hip", TRITON: "dynamic_mxfp4_quant"}
+    assert POLICY.linear_activation_rounding(ASM) is MxScaleRounding.RCEIL
+    assert POLICY.linear_activation_rounding(TRITON) is MxScaleRounding.EVEN
+
+
+GEMM = """
+def gemm_with_dynamic_quant(x, weight, weight_scale, rocm_use_aiter_fp4_asm_gemm=False):
+    if rocm_use_aiter_fp4_asm_gemm:
+        x_q, x_s = {asm}(x)
+    else:
+        x_q, x_s = {triton}(x)
+"""
+APPLY = """
+    def apply_weights(self, layer, x, bias=None):
+        return torch.ops.vllm.gemm_with_dynamic_quant(x, layer.weight, layer.weight_scale, {flag})
+"""
+
+
+def test_quantizer_reader_follows_the_source() -> None:
+    swapped = GEMM.format(asm="dynamic_mxfp4_quant", triton="per_1x32_f4_quant_hip")
+    got = sv.quantizers_from_source(swapped, APPLY.format(flag="self.use_asm_gemm"))
+    assert got == {ASM: "dynamic_mxfp4_quant", TRITON: "per_1x32_f4_quant_hip"}
+    with pytest.raises(sv.VllmSourceMismatch, match=r"unknown_mx_quant|knows the rounding"):
+        sv.quantizers_from_source(
+            GEMM.format(asm="unknown_mx_quant", triton="dynamic_mxfp4_quant"), APPLY.format(flag="self.use_asm_gemm")
+        )
+    with pytest.raises(sv.VllmSourceMismatch, match=r"not self\.use_asm_gemm"):
+        sv.quantizers_from_source(
+            GEMM.format(asm="per_1x32_f4_quant_hip", triton="dynamic_mxfp4_quant"), APPLY.format(flag="True")
+        )
+
+
+def test_fusion_order_read_from_vllm() -> None:
+    assert sv.fse_order_problem() is None
+    source = inspect.getsource(sv.vllm_modules().qwen3_next.Qwen3NextSparseMoeBlock.__init__)
+    assert source.find(f"{sv.FSE_RESOLVER}(") < source.find(f"{sv.REPLICATE_GATE}(")
+
+
+def test_reversed_order_is_caught(monkeypatch: pytest.MonkeyPatch) -> None:
+    reversed_init = """
+def __init__(self):
+    self.replicate = _should_replicate_misaligned_shared_expert(i, tp, g, ep, sp)
+    if not self.replicate:
+        self.fused = resolve_layer_fused_shared_expert(q, prefix)
+"""
+    problem = sv.call_order_problem(reversed_init)
+    assert problem is not None and "pre-#55213" in problem
+    monkeypatch.setattr(sv, "fse_order_problem", lambda: problem)
+    case = test_shared_expert.shared_expert_case("qwen3.8-flash-next", 8, ep=True, fse=True)
+    with pytest.raises(sv.VllmSourceMismatch):  # not a ValueError: the properties must not read it as a refusal
+        test_shared_expert.check_fusion_resolved_first(case, None, POLICY)
+
+
+@pytest.mark.parametrize(
+    ("setup", "want"),
+    [
+        (SharedExpertSetup(640, 8, 32, True, False, True, True), SharedExpertPlacement.FUSED),
+        (SharedExpertSetup(640, 8, 32, True, False, True, False), SharedExpertPlacement.REPLICATED),
+        (SharedExpertSetup(640, 4, 32, False, False, False, True), SharedExpertPlacement.SHARDED),
+        (SharedExpertSetup(0, 8, 32, False, False, True, True), SharedExpertPlacement.ABSENT),
+    ],
+)
+def test_shared_expert_placement(setup: SharedExpertSetup, want: SharedExpertPlacement) -> None:
+    assert POLICY.shared_expert_placement(setup) is want
+
+
+def test_shared_expert_refusal_is_the_suites_type() -> None:
+    with pytest.raises(SharedExpertRefused, match=r"640.*3"):
+        POLICY.shared_expert_placement(SharedExpertSetup(640, 3, 32, False, False, False, True))
+
+
+def _mxfp4_weights(intermediate: int, hidden: int) -> MoeWeights:
+    e = 1
+    return MoeWeights(
+        w13=torch.zeros(e, 2 * intermediate, hidden // 2, dtype=torch.uint8),
+        w13_scale=torch.zeros(e, 2 * intermediate, hidden // 32, dtype=torch.uint8),
+        w2=torch.zeros(e, hidden, intermediate // 2, dtype=torch.uint8),
+        w2_scale=torch.zeros(e, hidden, intermediate // 32, dtype=torch.uint8),
+        block=32,
+    )
+
+
+@pytest.mark.parametrize(
+    ("backend", "want"),
+    [
+        # gpt-oss (I 720, H 2880): notes-vllm.md §c
+        (Mxfp4MoeBackend.FLASHINFER_TRTLLM, (768, 3072)),
+        (Mxfp4MoeBackend.FLASHINFER_CUTLASS_SM90, (768, 2944)),
+        (Mxfp4MoeBackend.AITER, (768, 3072)),
+        (Mxfp4MoeBackend.MARLIN, (768, 3072)),
+    ],
+)
+def test_mxfp4_sizes_are_the_oracles(backend: Mxfp4MoeBackend, want: tuple[int, int]) -> None:
+    assert sv.VllmMxfp4MoeAlignment().sizes(backend, _mxfp4_weights(720, 2880)) == want
+
+
+def test_aiter_sizes_take_the_rocm_branch() -> None:
+    """I 320: the ROCm W4A4 branch rounds to 128 (384); off ROCm the fallback branch gives ru(320, 64) = 320."""
+    assert sv.VllmMxfp4MoeAlignment().sizes(Mxfp4MoeBackend.AITER, _mxfp4_weights(320, 512)) == (384, 512)
+    assert "vllm.platforms.rocm" not in sys.modules
+    assert not sv.vllm_modules().mxfp4_oracle.current_platform.is_rocm()
+
+
+def _nvfp4_weights(intermediate: int, hidden: int, gated: bool) -> MoeWeights:
+    rows = (2 if gated else 1) * intermediate
+    return MoeWeights(
+        w13=torch.ones(2, rows, hidden // 2, dtype=torch.uint8),
+        w13_scale=torch.full((2, rows, hidden // 16), 0x38, dtype=torch.uint8),
+        w2=torch.ones(2, hidden, intermediate // 2, dtype=torch.uint8),
+        w2_scale=torch.full((2, hidden, intermediate // 16), 0x38, dtype=torch.uint8),
+        block=16,
+    )
+
+
+def test_nvfp4_cutlass_reports_the_kernel_visible_size(monkeypatch: pytest.MonkeyPatch) -> None:
+    """vLLM's CUTLASS branch pads non-gated I 176 to 256 rows but leaves ``intermediate_size_per_partition``
+    at 176; the adapter reports 256, the width of the returned ``w2`` that the kernel reads."""
+    layers = []
+    original = sv._fake_layer
+    monkeypatch.setattr(sv, "_fake_layer", lambda *a: layers.append(original(*a)) or layers[-1])
+    aligned = sv.VllmNvfp4MoeAlignment().align_moe(
+        MoeBackend.FLASHINFER_CUTLASS, _nvfp4_weights(176, 256, False), False
+    )
+    assert aligned.intermediate_size == 256 and aligned.weights.w2.shape[2] == 128
+    assert layers[0].moe_config.intermediate_size_per_partition == 176
+
+
+def test_nvfp4_cutlass_gated_refusal() -> None:
+    with pytest.raises(UnsupportedConfig, match="FLASHINFER_CUTLASS"):
+        sv.VllmNvfp4MoeAlignment().align_moe(MoeBackend.FLASHINFER_CUTLASS, _nvfp4_weights(176, 256, True), True)
