@@ -27,9 +27,10 @@ rejected or gives wrong results)"; vLLM's TRTLLM MXFP4 weights serve the MXFP8-a
 KERNEL_EXPERT_MULTIPLE = 8
 """The kernel runs get zero experts appended (never routed, so the output is unchanged) up to a
 multiple of 8: FlashInfer's own tests never go below 8 experts and some routing paths need ``E % 4``."""
-VLLM_TRTLLM_INTERMEDIATE_MULTIPLE = 256
-"""vLLM ``mxfp4_round_up_hidden_size_and_intermediate_size`` for both TRTLLM backends (FlashInfer
-0.7.4 itself checks ``intermediate_size % 128`` only)."""
+TRTLLM_INTERMEDIATE_MULTIPLE = 128
+"""FlashInfer 0.7.4: trtllm-gen tiles FC1 in 128-row blocks (``valid_intermediate_size`` docstring,
+``prepare_trtllm_fp4_weights``), and ``pad_trtllm_moe_weights`` pads the intermediate to 128 by
+default. vLLM 0.33.0 rounds to 128 as well (an older vLLM used 256, ``vllm-logic.md`` §8)."""
 
 
 def trtllm_mxfp4_violations(intermediate: int, hidden: int) -> list[str]:
@@ -37,9 +38,8 @@ def trtllm_mxfp4_violations(intermediate: int, hidden: int) -> list[str]:
 
     FlashInfer's row-index helper must accept FC1 (``2I`` rows) and FC2 (``H`` rows), weights and
     scales (the scale variant asserts ``rows % 128``); the 128x4-swizzled scales are reshaped back
-    to ``[rows, K/32]``, so their byte count must not grow (``K % 128``); ``I % 128``
-    (``prepare_trtllm_fp4_weights`` for MXFP4, the ``valid_intermediate_size`` docstring); and the
-    256 rules of :data:`MXFP8_HIDDEN_MULTIPLE` and :data:`VLLM_TRTLLM_INTERMEDIATE_MULTIPLE`.
+    to ``[rows, K/32]``, so their byte count must not grow (``K % 128``);
+    :data:`TRTLLM_INTERMEDIATE_MULTIPLE`; and the hidden rule of :data:`MXFP8_HIDDEN_MULTIPLE`.
     """
     rows = 2 * intermediate
     problems: list[str] = []
@@ -60,12 +60,10 @@ def trtllm_mxfp4_violations(intermediate: int, hidden: int) -> list[str]:
                 f"{label} scales: the 128x4-swizzled buffer holds {swizzled} bytes but vLLM / FlashInfer reshape it "
                 f"back to [{m}, {kc}] = {m * kc} bytes (needs rows % 128 and K % 128)"
             )
-    if intermediate % 128:
+    if intermediate % TRTLLM_INTERMEDIATE_MULTIPLE:
         problems.append(f"intermediate size {intermediate} is not a multiple of 128 (trtllm-gen tiles FC1 in 128 rows)")
     if hidden % MXFP8_HIDDEN_MULTIPLE:
         problems.append(f"hidden size {hidden} is not a multiple of 256 (GEMM1 K with MxFP8 activations)")
-    if intermediate % VLLM_TRTLLM_INTERMEDIATE_MULTIPLE:
-        problems.append(f"intermediate size {intermediate} is not a multiple of 256 (vLLM's TRTLLM MXFP4 rounding)")
     return problems
 
 

@@ -340,7 +340,7 @@ def check_trtllm_round_trip(config: Mxfp4MoeConfig, backend: Mxfp4MoeBackend, po
 def check_trtllm_matches_flashinfer_padding(
     config: Mxfp4MoeConfig, backend: Mxfp4MoeBackend, policy: MoeAlignment
 ) -> None:
-    """FlashInfer's ``pad_trtllm_moe_weights`` (alignments 256) on the stacked ``[up; gate]`` checkpoint
+    """FlashInfer's ``pad_trtllm_moe_weights`` (alignments 128 for I, 256 for H) on the stacked ``[up; gate]`` checkpoint
     gives the policy's FC1 bytes, FC2 bytes on its ``ru(H, 128)`` rows, and the same dequantized scales
     (FlashInfer pads scales with 127 = 1.0, vLLM with 0; both times zero codes)."""
     aligned, case = align(config, backend, policy)
@@ -353,7 +353,7 @@ def check_trtllm_matches_flashinfer_padding(
         hidden=config.shape.hidden,
         intermediate=config.shape.intermediate,
         hidden_alignment=fim.MXFP8_HIDDEN_MULTIPLE,
-        intermediate_alignment=fim.VLLM_TRTLLM_INTERMEDIATE_MULTIPLE,
+        intermediate_alignment=fim.TRTLLM_INTERMEDIATE_MULTIPLE,
     )
     sizes = (theirs.intermediate_size, theirs.hidden_size)
     ours = relayout_moe(aligned.weights, Fc1Layout.UP_GATE)

@@ -48,6 +48,7 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     group.addoption("--results", default="results", help="folder for reproduction scripts and the summary")
 
 
+@pytest.hookimpl(optionalhook=True)
 def pytest_xdist_auto_num_workers(config: pytest.Config) -> int:
     return devices.auto_workers(hardware.count_gpus_without_init(), os.cpu_count() or 1)
 
@@ -81,7 +82,7 @@ def pytest_configure(config: pytest.Config) -> None:
     repro.CONTEXT.inflight_dir = results / "inflight"
     config.fp4_results = results
     if not hasattr(config, "workerinput"):  # the controller clears the last run's per-process records
-        for stale in [*results.glob("device-*.json"), *results.glob("stats-*.json")]:
+        for stale in [*results.glob("device-*.json"), *results.glob("stats-*.json"), *results.glob("expected-*.json")]:
             stale.unlink()
 
 
@@ -155,6 +156,7 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo):
         report.user_properties.append(("reproduce", failure.command()))
 
 
+@pytest.hookimpl(optionalhook=True)
 def pytest_handlecrashitem(crashitem: str, report: pytest.TestReport, sched) -> None:
     """xdist: a worker died (device fault) while running ``crashitem``; attach its in-flight repro."""
     results: Path = sched.config.fp4_results
@@ -218,6 +220,8 @@ def pytest_sessionfinish(session: pytest.Session) -> None:
     results.mkdir(parents=True, exist_ok=True)
     worker = os.environ.get("PYTEST_XDIST_WORKER", "main")
     (results / f"device-{worker}.json").write_text(json.dumps(_device_record(worker)))
+    if repro.EXPECTED_FAILURES:
+        (results / f"expected-{worker}.json").write_text(json.dumps(repro.EXPECTED_FAILURES))
     if not repro.STATS:
         return
     stats = {node: dataclasses.asdict(s) for node, s in repro.STATS.items()}
@@ -246,7 +250,10 @@ def pytest_terminal_summary(terminalreporter, exitstatus: int, config: pytest.Co
         tr.write_line(
             f"worker {d['worker']}: CUDA_VISIBLE_DEVICES={d['CUDA_VISIBLE_DEVICES']} {d.get('name', '')} {d.get('uuid', '')}"
         )
-    for link, n in sorted(repro.EXPECTED_FAILURES.items()):
+    expected: Counter = Counter()
+    for path in config.fp4_results.glob("expected-*.json"):
+        expected.update(json.loads(path.read_text()))
+    for link, n in sorted(expected.items()):
         tr.write_line(f"expected failures (known upstream bug {link}): {n} examples")
     results = config.fp4_results
     results.mkdir(parents=True, exist_ok=True)

@@ -54,8 +54,8 @@ class BackendFormat:
 
 
 FORMATS = {
-    # vLLM's TRTLLM rounding (both sizes to 256); rows [u0, g0, ...]: swap_every_two_rows of gpt-oss pairs
-    Mxfp4MoeBackend.FLASHINFER_TRTLLM: BackendFormat(256, 256, Fc1Layout.UP_GATE_INTERLEAVED),
+    # trtllm-gen's 128-row FC1 tiles, hidden 256 for MXFP8 activations; rows [u0, g0, ...]: swap_every_two_rows
+    Mxfp4MoeBackend.FLASHINFER_TRTLLM: BackendFormat(128, 256, Fc1Layout.UP_GATE_INTERLEAVED),
     # K % 128 for the SM90 mixed-GEMM scale fold; FlashInfer's w31 = [up; gate]
     Mxfp4MoeBackend.FLASHINFER_CUTLASS_SM90: BackendFormat(128, 128, Fc1Layout.UP_GATE),
     # vLLM's ROCm rounding (256; AITER #5233); [gate; up] (GateMode.SEPARATED)
@@ -130,7 +130,7 @@ register_contract(CONTRACT, MoeAlignment, BuiltinMxfp4MoeAlignment(), tuple(Mxfp
 KNOWN_BAD = (
     Subject(
         "bad-trtllm-round64",
-        "FlashInfer TRT-LLM MXFP4 intermediate rounded to 64 (the NVFP4 gated rule), not 256",
+        "FlashInfer TRT-LLM MXFP4 intermediate rounded to 64 (the NVFP4 gated rule), not 128",
         {CONTRACT: RoundingAlignment(Mxfp4MoeBackend.FLASHINFER_TRTLLM, 64, 256)},
         reproduces="EuroEval PR #2079 / SGLang PR #16824 (trtllm-gen 'intermediate_size % 128' with I = 448 / 64)",
     ),

@@ -138,6 +138,8 @@ def known_bad() -> dict[str, Subject]:
 def _from_object(obj: Any, spec: str) -> Subject:
     if isinstance(obj, Subject):
         return obj
+    if isinstance(obj, type):  # a policy class: protocol checks would pass on the class itself
+        return _from_object(obj(), spec)
     matched = {name: obj for name, proto in contracts().items() if isinstance(obj, proto)}
     if matched:
         return Subject(spec, f"external policy {spec}", matched)

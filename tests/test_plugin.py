@@ -192,3 +192,13 @@ def test_reproduction_command_round_trips() -> None:
     r = Reproduction("conformance.test_nvfp4_moe:check_layout_contract", "builtin", "flashinfer-cutlass", {"a": 1})
     assert r.command().startswith("python -m harness.repro conformance.test_nvfp4_moe:check_layout_contract")
     assert "--backend flashinfer-cutlass" in r.command()
+
+
+def test_policy_class_by_import_path_is_instantiated() -> None:
+    subject = resolve("subjects.nvfp4_moe:BuiltinNvfp4MoeAlignment")
+    assert not isinstance(subject.policy("nvfp4_moe"), type)
+
+
+def test_plugin_loads_without_xdist(tmp_path: Path) -> None:
+    result = run_pytest(NVFP4, "-p", "no:xdist", "-k", "layout_contract and cutlass", tmp_path=tmp_path)
+    assert result.returncode == 0, result.stdout[-2000:] + result.stderr[-2000:]
