@@ -16,14 +16,22 @@ import torch
 from hypothesis import example, given
 
 from adapters import flashinfer as fi
-from harness.repro import check, record_event, run_check
+from conformance.moe_checks import (
+    align_checked,
+    assert_bit_identical,
+    assert_embedded,
+    assert_idempotent,
+    assert_minimal,
+    assert_shapes,
+)
+from harness.repro import check, run_check
 from reference.formats import NVFP4_BLOCK, GlobalScale, nvfp4_dequantize, nvfp4_quantize
 from reference.layouts import inverse_permutation, swizzle_128x4, unswizzle_128x4
 from reference.moe import GateUpOrder, moe_reference, route
 from reference.padding import pad_dim
 from strategies.moe import MoeShape, moe_shapes, pinned_shape
-from strategies.tensors import dequantize_moe, moe_case, real_channels
-from subjects.moe import AlignedMoe, MoeAlignment, UnsupportedConfig
+from strategies.tensors import MoeCase, dequantize_moe, moe_case, real_channels
+from subjects.moe import AlignedMoe, MoeAlignment
 from subjects.nvfp4_moe import CONTRACT, MoeBackend
 
 pytestmark = [pytest.mark.contract(CONTRACT), pytest.mark.flashinfer]
@@ -49,14 +57,9 @@ def pinned(test):
     return test
 
 
-def align(shape: MoeShape, backend: MoeBackend, policy: MoeAlignment) -> tuple[AlignedMoe, object]:
+def align(shape: MoeShape, backend: MoeBackend, policy: MoeAlignment) -> tuple[AlignedMoe, MoeCase]:
     case = moe_case(shape, NVFP4_BLOCK)
-    try:
-        aligned = policy.align_moe(backend, case.weights, shape.gated)
-    except UnsupportedConfig as exc:
-        raise AssertionError(f"policy refused a shape real models produce ({shape.describe()}): {exc}") from exc
-    record_event(f"I {shape.intermediate} -> {aligned.intermediate_size}, H {shape.hidden} -> {aligned.hidden_size}")
-    return aligned, case
+    return align_checked(policy, backend, case.weights, shape.gated, shape.describe()), case
 
 
 @check(CONTRACT, MoeShape)
@@ -88,12 +91,11 @@ def check_padding_invariance(shape: MoeShape, backend: MoeBackend, policy: MoeAl
     """The reference MoE output on the padded weights equals the unpadded output bit for bit."""
     aligned, case = align(shape, backend, policy)
     real = real_channels(case.weights, shape.gated, shape.real_intermediate)
-    want = moe_output(real, case, shape, shape.hidden)
-    got = moe_output(aligned.weights, case, shape, shape.hidden)
-    diff = (got - want).abs().max().item()
-    assert torch.equal(got, want), (
-        f"padding changed the MoE output: max |diff| = {diff:.4g} (max |ref| = {want.abs().max().item():.4g}); "
-        f"I {shape.intermediate} -> {aligned.intermediate_size}, H {shape.hidden} -> {aligned.hidden_size}"
+    assert_bit_identical(
+        moe_output(aligned.weights, case, shape, shape.hidden),
+        moe_output(real, case, shape, shape.hidden),
+        f"padding changed the MoE output (I {shape.intermediate} -> {aligned.intermediate_size}, "
+        f"H {shape.hidden} -> {aligned.hidden_size})",
     )
 
 
@@ -102,38 +104,16 @@ def check_layout_contract(shape: MoeShape, backend: MoeBackend, policy: MoeAlign
     """Shapes match ``[E, F·Ip, Hp/2]`` etc., each gate/up half keeps its rows at ``[h·Ip, h·Ip+I)``,
     original columns keep their place and every added byte is zero."""
     aligned, case = align(shape, backend, policy)
-    w, a = case.weights, aligned.weights
-    e, f, i, h = shape.experts, 2 if shape.gated else 1, shape.intermediate, shape.hidden
-    ip, hp = aligned.intermediate_size, aligned.hidden_size
-    assert ip >= i and hp >= h, f"policy shrank sizes: I {i} -> {ip}, H {h} -> {hp}"
-    expected = {
-        "w13": (e, f * ip, hp // 2),
-        "w13_scale": (e, f * ip, hp // NVFP4_BLOCK),
-        "w2": (e, hp, ip // 2),
-        "w2_scale": (e, hp, ip // NVFP4_BLOCK),
-    }
-    for name, want in expected.items():
-        got = tuple(getattr(a, name).shape)
-        assert got == want, f"{name} has shape {got}, contract says {want} (Ip={ip}, Hp={hp})"
+    f, i, ip = 2 if shape.gated else 1, shape.intermediate, aligned.intermediate_size
+    assert ip >= i and aligned.hidden_size >= shape.hidden, f"policy shrank sizes: I {i} -> {ip}"
+    assert_shapes(aligned, shape.experts, f)
     for name in ("w13", "w13_scale"):
-        src, dst = getattr(w, name), getattr(a, name)
-        cols = src.shape[-1]
+        src, dst = getattr(case.weights, name), getattr(aligned.weights, name)
         for half in range(f):
-            kept = dst[:, half * ip : half * ip + i, :cols]
-            label = ("up", "gate")[half] if f == 2 else "FC1"
-            assert torch.equal(kept, src[:, half * i : (half + 1) * i]), (
-                f"{name}: the {label} half is not at rows [{half * ip}, {half * ip + i}) after padding I {i} -> {ip}"
-            )
-        mask = torch.ones_like(dst, dtype=torch.bool)
-        for half in range(f):
-            mask[:, half * ip : half * ip + i, :cols] = False
-        assert not dst[mask].any(), f"{name}: padding holds non-zero bytes"
+            label = f"{name} {('up', 'gate')[half] if f == 2 else 'FC1'} half"
+            assert_embedded(label, src[:, half * i : (half + 1) * i], dst[:, half * ip : (half + 1) * ip])
     for name in ("w2", "w2_scale"):
-        src, dst = getattr(w, name), getattr(a, name)
-        assert torch.equal(dst[:, :h, : src.shape[-1]], src), f"{name}: original block moved"
-        mask = torch.ones_like(dst, dtype=torch.bool)
-        mask[:, :h, : src.shape[-1]] = False
-        assert not dst[mask].any(), f"{name}: padding holds non-zero bytes"
+        assert_embedded(name, getattr(case.weights, name), getattr(aligned.weights, name))
 
 
 @check(CONTRACT, MoeShape)
@@ -141,22 +121,13 @@ def check_minimal_and_idempotent(shape: MoeShape, backend: MoeBackend, policy: M
     """No smaller whole-group size satisfies the backend, and aligning again changes nothing."""
     aligned, _ = align(shape, backend, policy)
     ip, hp = aligned.intermediate_size, aligned.hidden_size
-    for smaller in range(shape.intermediate, ip, NVFP4_BLOCK):
-        assert fi.nvfp4_moe_violations(backend.value, smaller, hp, shape.gated), (
-            f"over-padding: I {shape.intermediate} was padded to {ip}, but {smaller} already satisfies {backend.value}"
-        )
-    for smaller in range(shape.hidden, hp, NVFP4_BLOCK):
-        assert fi.nvfp4_moe_violations(backend.value, ip, smaller, shape.gated), (
-            f"over-padding: H {shape.hidden} was padded to {hp}, but {smaller} already satisfies {backend.value}"
-        )
-    again = policy.align_moe(backend, aligned.weights, shape.gated)
-    assert (again.intermediate_size, again.hidden_size) == (ip, hp), (
-        f"not idempotent: sizes ({ip}, {hp}) -> ({again.intermediate_size}, {again.hidden_size})"
+    assert_minimal(
+        lambda i: fi.nvfp4_moe_violations(backend.value, i, hp, shape.gated), "I", shape.intermediate, ip, NVFP4_BLOCK
     )
-    for name in ("w13", "w13_scale", "w2", "w2_scale"):
-        assert torch.equal(getattr(again.weights, name), getattr(aligned.weights, name)), (
-            f"not idempotent: {name} changed"
-        )
+    assert_minimal(
+        lambda h: fi.nvfp4_moe_violations(backend.value, ip, h, shape.gated), "H", shape.hidden, hp, NVFP4_BLOCK
+    )
+    assert_idempotent(policy, backend, aligned, shape.gated)
 
 
 def trtllm_prepare(aligned: AlignedMoe, gated: bool, interleave) -> dict[str, torch.Tensor]:

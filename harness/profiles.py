@@ -5,7 +5,7 @@ Selected by ``--hypothesis-profile NAME`` or the environment variable ``FP4_PROF
 * ``ci``: derandomized, 25 examples, no database, quick on 2 CPU cores.
 * ``nightly``: 500 examples, deadline off for GPU kernels, example database at ``--fp4-db`` /
   ``FP4_DB`` (default ``.hypothesis/fp4-nightly``) so failures replay the next night.
-* ``bench``: no database and no ``@example`` pins, up to 2000 generated examples: measures how
+* ``bench``: no database and no ``@example`` pins, up to 200 generated examples per property: measures how
   fast generation alone finds a bug (``python -m bench``).
 * ``triage``: replays the database and ``@example`` pins first (explicit + reuse phases run
   before generation), stops at the first bug, verbose, statistics printed.
@@ -31,7 +31,7 @@ def register_profiles(database_path: str | None = None) -> None:
     settings.register_profile("dev", max_examples=50, **common)
     settings.register_profile("nightly", max_examples=500, database=db, **common)
     settings.register_profile(
-        "bench", max_examples=2000, database=None, phases=(Phase.generate, Phase.target, Phase.shrink), **common
+        "bench", max_examples=200, database=None, phases=(Phase.generate, Phase.target, Phase.shrink), **common
     )
     settings.register_profile(
         "triage",
