@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 from typing import Any
 
-from bench.grids import GRIDS, Grid, LinearGridPoint, MoeGridPoint
+from bench.grids import ASM_SCALE_SWIZZLE_CASES, GRIDS, Grid, LinearGridPoint, MoeGridPoint
 from reference.formats import MXFP4_BLOCK, NVFP4_BLOCK
 from strategies.catalog import RELU2, SWIGLU
 from strategies.moe import MoeShape, Sharding, reduce_size
@@ -40,8 +40,19 @@ def linear_config(p: LinearGridPoint) -> Any | None:
     return grid_layer(p.m, p.n, p.k)
 
 
+def guard_truth_table() -> tuple[Grid, list[Any]]:
+    """vLLM's ASM-guard unit-test table as a grid of scale shapes for the ``mxfp4_linear`` guard checks."""
+    from strategies.linear import ScaleShapeCase
+
+    source = ASM_SCALE_SWIZZLE_CASES[0].source.split("::")[0] + "::guard truth table"
+    grid = Grid("vllm/test_rocm_mxfp4/asm-guard-table", source, "mxfp4", "aiter-asm", ())
+    return grid, [ScaleShapeCase((c.scale_rows, c.scale_cols), "vLLM guard unit test") for c in ASM_SCALE_SWIZZLE_CASES]
+
+
 def grid_configs() -> Iterator[tuple[Grid, str, list[Any]]]:
     """``(grid, contract, configurations)`` for every grid a contract can run."""
+    table, cases = guard_truth_table()
+    yield table, "mxfp4_linear", list(dict.fromkeys(cases))
     for grid in GRIDS:
         if grid.points and isinstance(grid.points[0], MoeGridPoint):
             contract, group = ("nvfp4_moe", NVFP4_BLOCK) if grid.format == "nvfp4" else ("mxfp4_moe", MXFP4_BLOCK)

@@ -178,7 +178,12 @@ def throughput(seed: int = 0) -> list[dict[str, Any]]:
 def markdown(report: dict[str, Any]) -> str:
     """Render the report as Markdown tables."""
     out = [f"# fp4-conformance bench ({report['machine']}, {report['date']})", ""]
-    out += ["## Known-bad subjects: the suite (generation only, no pinned examples)", ""]
+    mode = (
+        "quick: `ci` profile with the pinned regressions, first failure only"
+        if report["quick"]
+        else f"generation only (`bench` profile, no pinned examples), seeds {report['seeds']}"
+    )
+    out += [f"## Known-bad subjects: the suite ({mode})", ""]
     out += ["| subject | reproduces | caught | median / worst examples | median / worst s | first property |"]
     out += ["|---|---|---|---|---|---|"]
     for r in report["suite"]:
@@ -189,11 +194,17 @@ def markdown(report: dict[str, Any]) -> str:
     out += ["", "Shrunk counterexamples:", ""]
     out += [f"- {r['subject']}: {r['shrunk_counterexample']}" for r in report["suite"]]
     out += ["", "## Fixed grids: which known-bad subjects each catches", ""]
-    names = [r["subject"] for r in report["suite"]]
-    out += ["| grid | source | points | " + " | ".join(names) + " |", "|---|---|---|" + "---|" * len(names)]
+    out += ["| grid | source | distinct shapes run | catches | misses |", "|---|---|---|---|---|"]
     for g in report["grids"]:
-        cells = " | ".join(g["catches"].get(n, "n/a") for n in names)
-        out.append(f"| {g['name']} | {g['source']} | {g['points']} | {cells} |")
+        verdicts = {k: v for k, v in g["catches"].items() if ":" not in k}
+        caught = ", ".join(k for k, v in verdicts.items() if v == "caught") or "—"
+        missed = ", ".join(k for k, v in verdicts.items() if v == "missed") or "—"
+        out.append(f"| {g['name']} | {g['source']} | {g['points']} | {caught} | {missed} |")
+    out += ["", "Per known-bad subject, the grids that catch it:", ""]
+    for r in report["suite"]:
+        hits = [g["name"] for g in report["grids"] if g["catches"].get(r["subject"]) == "caught"]
+        runs = [g for g in report["grids"] if r["subject"] in g["catches"]]
+        out.append(f"- {r['subject']}: {len(hits)} of {len(runs)} grids ({', '.join(hits) or 'none'})")
     out += ["", "## Throughput (built-in subject, ci profile)", "", "| property | examples | s | examples/s |"]
     out += ["|---|---|---|---|"]
     out += [
@@ -225,6 +236,7 @@ def run(seeds: list[int], out: Path, quick: bool, subjects: list[str] | None = N
         "machine": machine().describe(),
         "date": time.strftime("%Y-%m-%d %H:%M"),
         "seeds": seeds,
+        "quick": quick,
         "suite": suite,
         "grids": grids,
         "throughput": [] if quick else throughput(),

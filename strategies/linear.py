@@ -384,3 +384,11 @@ def mxfp4_linear_case(shape: Mxfp4LinearShape, n: int | None = None, k: int | No
     rows = torch.ldexp(torch.ones(shape.tokens, 1), torch.randint(-4, 5, (shape.tokens, 1), generator=g))
     x = torch.randn(shape.tokens, k, generator=g) * rows
     return Mxfp4LinearCase(weight, scale, x)
+
+
+def grid_layer(m: int, n: int, k: int) -> Mxfp4LinearShape | None:
+    """A fixed-grid GEMM point ``(M, N, K)`` of another test suite as a TP=1 layer (None if ``K % 32``)."""
+    if k % MXFP4_BLOCK:
+        return None
+    layer = LinearLayer("grid", f"gemm M={m}", k, n, Parallel.REPLICATED)
+    return linear_shape(layer, 1, Parallel.REPLICATED, tokens=min(m, 8), seed=0)
