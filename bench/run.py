@@ -97,30 +97,30 @@ def contract_modules(subject: Subject) -> list[str]:
 
 
 def detect(subject: Subject, seeds: list[int], quick: bool) -> Detection:
-    """How fast generation alone finds the subject's bug.
+    """How fast the suite finds the subject's bug.
 
-    The first seed runs every property of the subject's contracts under the ``bench`` profile and
-    finds the properties that fail; the other seeds rerun only those. Per seed, the property that
-    failed after the fewest examples counts. ``quick`` instead runs the ``ci`` profile (pinned
-    regressions included) until the first failure, which is what CI asserts.
+    First the subject's contract modules run under the ``ci`` profile (pinned regressions
+    included) to find the properties that catch it; ``quick`` stops there, which is what CI
+    asserts. Otherwise every seed reruns those properties under the ``bench`` profile (no
+    database, no pins: generation alone), and per seed the property that failed after the fewest
+    generated examples counts.
     """
-    targets = contract_modules(subject)
-    if quick:
-        stats = run_suite(subject.name, seeds[0], "ci", targets, ["-x"])
-        failing = [(s["first_failure_example"], node, s) for node, s in stats.items() if s["first_failure_example"]]
+    stats = run_suite(subject.name, seeds[0], "ci", contract_modules(subject), ["-x"] if quick else [])
+    failing = [(s["first_failure_example"], node, s) for node, s in stats.items() if s["first_failure_example"]]
+    if quick or not failing:
         first = min(failing, key=lambda t: t[0], default=None)
         return Detection(
             subject.name, subject.reproduces, int(first is not None), 1,
             [first[0]] if first else [], [round(first[2]["first_failure_seconds"], 3)] if first else [],
             first[1] if first else None, first[2]["counterexample"] if first else None,
         )  # fmt: skip
+    targets = sorted({node for _, node, _ in failing})
     examples, seconds, best = [], [], None
     for seed in seeds:
         stats = run_suite(subject.name, seed, "bench", targets)
         failing = [(s["first_failure_example"], node, s) for node, s in stats.items() if s["first_failure_example"]]
         if not failing:
             continue
-        targets = sorted({node for _, node, _ in failing})
         n, node, s = min(failing, key=lambda t: (t[0], t[2]["first_failure_seconds"]))
         examples.append(n)
         seconds.append(round(s["first_failure_seconds"], 3))

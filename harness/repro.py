@@ -123,8 +123,9 @@ def run_check(
     )
     describe = getattr(config, "describe", None)
     summary = describe() if describe else str(config)
-    note(f"config: {summary}")
-    note(f"reproduce: {repro.command()}")
+    if currently_in_test_context():
+        note(f"config: {summary}")
+        note(f"reproduce: {repro.command()}")
     stats = STATS.setdefault(CONTEXT.nodeid, NodeStats(started=time.perf_counter()))
     stats.examples += 1
     inflight = _write_inflight(repro) if kernel else None

@@ -202,3 +202,53 @@ def test_policy_class_by_import_path_is_instantiated() -> None:
 def test_plugin_loads_without_xdist(tmp_path: Path) -> None:
     result = run_pytest(NVFP4, "-p", "no:xdist", "-k", "layout_contract and cutlass", tmp_path=tmp_path)
     assert result.returncode == 0, result.stdout[-2000:] + result.stderr[-2000:]
+
+
+CRASHING_MODULE = """
+import os
+from dataclasses import dataclass
+
+from harness.repro import check, run_check
+from strategies.config import Config
+
+
+@dataclass(frozen=True)
+class Shape(Config):
+    rows: int
+
+
+@check("nvfp4_moe", Shape)
+def check_kernel_dies(shape, backend, policy):
+    if shape.rows > 3:
+        os._exit(1)  # a device fault kills the worker process
+
+
+def test_kernel_dies_once():
+    run_check(check_kernel_dies, Shape(rows=7), None, None, kernel=True)
+
+
+def test_after_the_crash():
+    assert True
+"""
+
+
+def test_worker_crash_is_reported_with_its_reproduction(tmp_path: Path) -> None:
+    """A check that kills its xdist worker is that test's failure, with the in-flight reproduction."""
+    module = tmp_path / "test_crash.py"
+    module.write_text(CRASHING_MODULE)
+    env = {
+        **os.environ,
+        "FP4_PROFILE": "ci",
+        "PYTHONPATH": os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")])),
+    }
+    env.pop("PYTEST_XDIST_WORKER", None)
+    cmd = [
+        sys.executable, "-m", "pytest", str(module), "-p", "harness.plugin", "-p", "no:cacheprovider", "-n", "1",
+        "--results", str(tmp_path / "results"), "--rootdir", str(tmp_path),
+    ]  # fmt: skip
+    result = subprocess.run(cmd, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300)
+    out = result.stdout + result.stderr
+    assert result.returncode == 1, out[-3000:]
+    assert "1 failed, 1 passed" in out, out[-3000:]
+    assert "worker crashed during a kernel call; reproduce: python -m harness.repro" in out, out[-3000:]
+    assert list((tmp_path / "results" / "repro").glob("*-crash.py"))
