@@ -22,7 +22,6 @@ from hypothesis import example, given
 
 from adapters import flashinfer as fi
 from adapters import flashinfer_mxfp4 as fim
-from adapters.flashinfer import LibraryUnavailable
 from conformance.moe_checks import (
     align_checked,
     assert_bit_identical,
@@ -103,14 +102,6 @@ def pinned_with(configs: tuple[Mxfp4MoeConfig, ...]):
 
 
 pinned = pinned_with(REGRESSIONS)
-
-
-def run(fn: Callable[..., None], config: Mxfp4MoeConfig, backend, policy, kernel: bool = False) -> None:
-    """:func:`run_check`, skipping (with the reason) where a library the backend needs is missing."""
-    try:
-        run_check(fn, config, backend, policy, kernel=kernel)
-    except LibraryUnavailable as exc:
-        pytest.skip(str(exc))
 
 
 # --- the layer of a configuration -------------------------------------------------------------
@@ -240,25 +231,25 @@ def check_minimal_and_idempotent(config: Mxfp4MoeConfig, backend: Mxfp4MoeBacken
 @given(config=mxfp4_moe_configs())
 @pinned
 def test_backend_accepts(config: Mxfp4MoeConfig, backend: Mxfp4MoeBackend, policy: MoeAlignment) -> None:
-    run(check_backend_accepts, config, backend, policy)
+    run_check(check_backend_accepts, config, backend, policy)
 
 
 @given(config=mxfp4_moe_configs())
 @pinned
 def test_padding_invariance(config: Mxfp4MoeConfig, backend: Mxfp4MoeBackend, policy: MoeAlignment) -> None:
-    run(check_padding_invariance, config, backend, policy)
+    run_check(check_padding_invariance, config, backend, policy)
 
 
 @given(config=mxfp4_moe_configs())
 @pinned
 def test_gate_up_pairing(config: Mxfp4MoeConfig, backend: Mxfp4MoeBackend, policy: MoeAlignment) -> None:
-    run(check_gate_up_pairing, config, backend, policy)
+    run_check(check_gate_up_pairing, config, backend, policy)
 
 
 @given(config=mxfp4_moe_configs())
 @pinned
 def test_minimal_and_idempotent(config: Mxfp4MoeConfig, backend: Mxfp4MoeBackend, policy: MoeAlignment) -> None:
-    run(check_minimal_and_idempotent, config, backend, policy)
+    run_check(check_minimal_and_idempotent, config, backend, policy)
 
 
 # --- FlashInfer TRT-LLM ---------------------------------------------------------------------------
@@ -381,7 +372,7 @@ def check_trtllm_matches_flashinfer_padding(
 @given(config=mxfp4_moe_configs())
 @pinned
 def test_trtllm_round_trip(config: Mxfp4MoeConfig, backend: Mxfp4MoeBackend, policy: MoeAlignment) -> None:
-    run(check_trtllm_round_trip, config, backend, policy)
+    run_check(check_trtllm_round_trip, config, backend, policy)
 
 
 @pytest.mark.flashinfer
@@ -391,7 +382,7 @@ def test_trtllm_round_trip(config: Mxfp4MoeConfig, backend: Mxfp4MoeBackend, pol
 def test_trtllm_matches_flashinfer_padding(
     config: Mxfp4MoeConfig, backend: Mxfp4MoeBackend, policy: MoeAlignment
 ) -> None:
-    run(check_trtllm_matches_flashinfer_padding, config, backend, policy)
+    run_check(check_trtllm_matches_flashinfer_padding, config, backend, policy)
 
 
 # --- FlashInfer CUTLASS SM90 ----------------------------------------------------------------------
@@ -419,7 +410,7 @@ def check_sm90_scale_fold(config: Mxfp4MoeConfig, backend: Mxfp4MoeBackend, poli
 @given(config=mxfp4_moe_configs())
 @pinned
 def test_sm90_scale_fold(config: Mxfp4MoeConfig, backend: Mxfp4MoeBackend, policy: MoeAlignment) -> None:
-    run(check_sm90_scale_fold, config, backend, policy)
+    run_check(check_sm90_scale_fold, config, backend, policy)
 
 
 # --- AITER ------------------------------------------------------------------------------------------
@@ -449,7 +440,7 @@ def check_aiter_shuffle_round_trip(config: Mxfp4MoeConfig, backend: Mxfp4MoeBack
 @given(config=mxfp4_moe_configs())
 @pinned
 def test_aiter_shuffle_round_trip(config: Mxfp4MoeConfig, backend: Mxfp4MoeBackend, policy: MoeAlignment) -> None:
-    run(check_aiter_shuffle_round_trip, config, backend, policy)
+    run_check(check_aiter_shuffle_round_trip, config, backend, policy)
 
 
 # --- kernels (GPU) --------------------------------------------------------------------------------
@@ -527,7 +518,7 @@ def check_aiter_kernel(config: Mxfp4MoeConfig, backend: Mxfp4MoeBackend, policy:
 @given(config=mxfp4_moe_configs())
 @pinned
 def test_trtllm_kernel(config: Mxfp4MoeConfig, backend: Mxfp4MoeBackend, policy: MoeAlignment) -> None:
-    run(check_trtllm_kernel, config, backend, policy, kernel=True)
+    run_check(check_trtllm_kernel, config, backend, policy, kernel=True)
 
 
 @pytest.mark.gfx950
@@ -536,4 +527,4 @@ def test_trtllm_kernel(config: Mxfp4MoeConfig, backend: Mxfp4MoeBackend, policy:
 @given(config=mxfp4_moe_configs().map(_silu_no_bias))
 @pinned_with(tuple(_silu_no_bias(c) for c in REGRESSIONS))
 def test_aiter_kernel(config: Mxfp4MoeConfig, backend: Mxfp4MoeBackend, policy: MoeAlignment) -> None:
-    run(check_aiter_kernel, config, backend, policy, kernel=True)
+    run_check(check_aiter_kernel, config, backend, policy, kernel=True)

@@ -247,9 +247,10 @@ def pytest_terminal_summary(terminalreporter, exitstatus: int, config: pytest.Co
             tr.write_line(f"{'':<16} skipped x{n}: {reason}")
     for path in sorted(config.fp4_results.glob("device-gw*.json")):
         d = json.loads(path.read_text())
-        tr.write_line(
-            f"worker {d['worker']}: CUDA_VISIBLE_DEVICES={d['CUDA_VISIBLE_DEVICES']} {d.get('name', '')} {d.get('uuid', '')}"
-        )
+        if "name" in d:
+            tr.write_line(
+                f"worker {d['worker']}: CUDA_VISIBLE_DEVICES={d['CUDA_VISIBLE_DEVICES']} {d['name']} {d['uuid']}"
+            )
     expected: Counter = Counter()
     for path in config.fp4_results.glob("expected-*.json"):
         expected.update(json.loads(path.read_text()))

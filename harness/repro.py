@@ -25,7 +25,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import pytest
 from hypothesis import currently_in_test_context, event, note, target
+
+from adapters.flashinfer import LibraryUnavailable
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -114,7 +117,11 @@ def check(contract: str, config: type) -> Callable[[Callable[..., None]], Callab
 def run_check(
     fn: Callable[..., None], config: Any, backend: enum.Enum | None, policy: Any, kernel: bool = False
 ) -> None:
-    """Run one example of a property check, with reproduction bookkeeping around it."""
+    """Run one example of a property check, with reproduction bookkeeping around it.
+
+    A check that needs a library or hardware this machine lacks raises ``LibraryUnavailable``;
+    the test is then skipped with that reason (markers gate most of them before they start).
+    """
     repro = Reproduction(
         f"{fn.__module__}:{fn.__name__}",
         CONTEXT.subject,
@@ -136,6 +143,8 @@ def run_check(
             _expect_failure(fn, config, backend, policy, known)
         else:
             fn(config, backend, policy)
+    except LibraryUnavailable as exc:
+        pytest.skip(str(exc))
     except BaseException as exc:
         LAST_FAILURE[CONTEXT.nodeid] = repro
         stats.counterexample = summary
