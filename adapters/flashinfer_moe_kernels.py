@@ -27,6 +27,7 @@ pure torch and also run on CPU.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import torch
@@ -127,12 +128,18 @@ def _check_fp4_moe(weights: MoeWeights, gated: bool, hidden: int, intermediate: 
     )
 
 
-def trtllm_fp4_weights(aligned: AlignedMoe, gated: bool) -> TrtllmFp4Weights:
+def trtllm_fp4_weights(
+    aligned: AlignedMoe,
+    gated: bool,
+    interleave: Callable[[torch.Tensor], torch.Tensor] = swizzle_128x4,
+) -> TrtllmFp4Weights:
     """FlashInfer's trtllm-gen FP4 weight preparation, per ``trtllm_gen_fused_moe_utils.py``.
 
     ``out[e, i] = w[e, g[r[i]]]`` with FlashInfer's own composed indices (the scale variant for the
     scales, whose ``rows % 128`` assert is the Gemma-4 TP4 crash, vLLM #46879); scales are then
-    128x4-swizzled per expert and viewed back as ``[rows, K/16]``, exact only when ``(K/16) % 4 == 0``.
+    128x4-swizzled per expert by ``interleave`` (``[E, M, Kc] -> [E, Mp, Kp]``: the reference, or
+    FlashInfer's CUDA ``block_scale_interleave``) and viewed back as ``[rows, K/16]``, exact only
+    when ``(K/16) % 4 == 0``.
     """
     w = aligned.weights
     _check_fp4_moe(w, gated, aligned.hidden_size, aligned.intermediate_size)
@@ -148,7 +155,7 @@ def trtllm_fp4_weights(aligned: AlignedMoe, gated: bool) -> TrtllmFp4Weights:
     device = w.w13.device
 
     def scales(s: torch.Tensor, perm: torch.Tensor) -> torch.Tensor:
-        return swizzle_128x4(s[:, perm.to(device)]).contiguous().view(torch.float8_e4m3fn)
+        return interleave(s[:, perm.to(device)]).contiguous().view(torch.float8_e4m3fn)
 
     return TrtllmFp4Weights(
         w13=w.w13[:, p13.to(device)].contiguous(),

@@ -16,6 +16,7 @@ import torch
 from hypothesis import example, given
 
 from adapters import flashinfer as fi
+from adapters import flashinfer_moe_kernels as kernels
 from conformance.moe_checks import (
     align_checked,
     assert_bit_identical,
@@ -130,37 +131,27 @@ def check_minimal_and_idempotent(shape: MoeShape, backend: MoeBackend, policy: M
     assert_idempotent(policy, backend, aligned, shape.gated)
 
 
-def trtllm_prepare(aligned: AlignedMoe, gated: bool, interleave) -> dict[str, torch.Tensor]:
-    """trtllm-gen FP4 prep with FlashInfer's real row indices; ``interleave`` swizzles scales."""
-    w, f = aligned.weights, 2 if gated else 1
-    rows, hidden = f * aligned.intermediate_size, aligned.hidden_size
-    p13, s13 = fi.fc1_permutation(rows, gated, False), fi.fc1_permutation(rows, gated, True)
-    p2, s2 = fi.fc2_permutation(hidden, False), fi.fc2_permutation(hidden, True)
-    return {
-        "w13": w.w13[:, p13],
-        "w13_scale": torch.stack([interleave(s[s13]) for s in w.w13_scale]),
-        "w2": w.w2[:, p2],
-        "w2_scale": torch.stack([interleave(s[s2]) for s in w.w2_scale]),
-    }
-
-
 @check(CONTRACT, MoeShape)
 def check_prepare_round_trip(shape: MoeShape, backend: MoeBackend, policy: MoeAlignment) -> None:
     """Undoing FlashInfer's trtllm-gen shuffles and the 128x4 swizzle gives back the padded tensors."""
     aligned, _ = align(shape, backend, policy)
-    prepared = trtllm_prepare(aligned, shape.gated, swizzle_128x4)
-    w, f = aligned.weights, 2 if shape.gated else 1
-    rows, hidden = f * aligned.intermediate_size, aligned.hidden_size
-    inv13 = inverse_permutation(fi.fc1_permutation(rows, shape.gated, False))
-    inv2 = inverse_permutation(fi.fc2_permutation(hidden, False))
-    assert torch.equal(prepared["w13"][:, inv13], w.w13), "FC1 weights do not round-trip"
-    assert torch.equal(prepared["w2"][:, inv2], w.w2), "FC2 weights do not round-trip"
-    for name, m, perm in (
-        ("w13_scale", rows, fi.fc1_permutation(rows, shape.gated, True)),
-        ("w2_scale", hidden, fi.fc2_permutation(hidden, True)),
+    prepared = kernels.trtllm_fp4_weights(aligned, shape.gated)
+    w = aligned.weights
+    rows, hidden = w.w13.shape[1], w.w2.shape[1]
+    for name, perm in (
+        ("w13", fi.fc1_permutation(rows, shape.gated, False)),
+        ("w2", fi.fc2_permutation(hidden, False)),
     ):
-        lin = unswizzle_128x4(prepared[name], m, getattr(w, name).shape[-1])
-        assert torch.equal(lin[:, inverse_permutation(perm)], getattr(w, name)), f"{name} does not round-trip"
+        assert torch.equal(getattr(prepared, name)[:, inverse_permutation(perm)], getattr(w, name)), (
+            f"{name} does not round-trip"
+        )
+    for name, perm in (
+        ("w13_scale", fi.fc1_permutation(rows, shape.gated, True)),
+        ("w2_scale", fi.fc2_permutation(hidden, True)),
+    ):
+        src = getattr(w, name)
+        lin = unswizzle_128x4(getattr(prepared, name).view(torch.uint8), src.shape[1], src.shape[2])
+        assert torch.equal(lin[:, inverse_permutation(perm)], src), f"{name} does not round-trip"
 
 
 @pytest.mark.parametrize("backend", [MoeBackend.FLASHINFER_TRTLLM], ids=["flashinfer-trtllm"])
@@ -175,10 +166,12 @@ def test_scale_interleave_kernel(shape: MoeShape, backend: MoeBackend, policy: M
 @check(CONTRACT, MoeShape)
 def check_scale_interleave_kernel(shape: MoeShape, backend: MoeBackend, policy: MoeAlignment) -> None:
     aligned, _ = align(shape, backend, policy)
-    on_gpu = trtllm_prepare(aligned, shape.gated, lambda s: fi.block_scale_interleave(s).view(swizzle_128x4(s).shape))
-    reference = trtllm_prepare(aligned, shape.gated, swizzle_128x4)
+    on_gpu = kernels.trtllm_fp4_weights(
+        aligned, shape.gated, lambda s: fi.block_scale_interleave(s).view(swizzle_128x4(s).shape)
+    )
+    reference = kernels.trtllm_fp4_weights(aligned, shape.gated)
     for name in ("w13_scale", "w2_scale"):
-        assert torch.equal(on_gpu[name], reference[name]), (
+        assert torch.equal(getattr(on_gpu, name).view(torch.uint8), getattr(reference, name).view(torch.uint8)), (
             f"block_scale_interleave differs from the 128x4 reference on {name}"
         )
 
