@@ -45,6 +45,7 @@ from strategies.linear import (
     pinned_linear,
     scale_shapes,
 )
+from strategies.pins import pinned_examples
 from subjects.mxfp4_linear import (
     ASM_FORCE_TRITON_SCALE_ROWS,
     CONTRACT,
@@ -91,20 +92,14 @@ REGRESSIONS = (
 )
 
 
-def pinned(test):
-    """Apply every pinned regression layer as an ``@example`` (they run in the listed order)."""
-    for shape in reversed(REGRESSIONS):
-        test = example(shape=shape)(test)
-    return test
+pinned = pinned_examples("shape", REGRESSIONS)
 
 
 def pinned_scale_shapes(test):
     """vLLM's guard truth table and the regression scale shapes as ``@example``s (run in the listed order)."""
     cases = [ScaleShapeCase(s, "vLLM guard unit test") for s, _ in VLLM_GUARD_TABLE]
     cases += [ScaleShapeCase(s, "Qwen3.8 GDN in_proj_ba at TP 2/4/8") for s in GDN_SCALES]
-    for case in reversed(cases):
-        test = example(case=case)(test)
-    return test
+    return pinned_examples("case", cases)(test)
 
 
 def asm_supported(scale_shape: tuple[int, ...]) -> bool:

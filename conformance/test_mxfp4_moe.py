@@ -18,7 +18,7 @@ from dataclasses import dataclass, replace
 
 import pytest
 import torch
-from hypothesis import example, given
+from hypothesis import given
 
 from adapters import flashinfer as fi
 from adapters import flashinfer_mxfp4 as fim
@@ -53,6 +53,7 @@ from reference.moe import GateUpOrder, moe_reference, route
 from reference.padding import pad_dim
 from strategies.catalog import SWIGLU
 from strategies.mxfp4_moe import Mxfp4MoeConfig, mxfp4_moe_configs, pinned_config
+from strategies.pins import pinned_examples
 from strategies.tensors import dequantize_moe, generator, moe_case, real_channels
 from subjects.moe import AlignedMoe, MoeAlignment, MoeWeights, relayout_moe
 from subjects.mxfp4_moe import CONTRACT, Mxfp4MoeBackend
@@ -90,18 +91,7 @@ MXFP4 RCEIL (AITER's default RoundUp); if the kernel keeps the intermediate in b
 3e-2 covers that; a mispairing or AITER #5233's scale mis-indexing gives 0.1 to 1."""
 
 
-def pinned_with(configs: tuple[Mxfp4MoeConfig, ...]):
-    """Apply each of ``configs`` as an ``@example``."""
-
-    def deco(test):
-        for config in configs:
-            test = example(config=config)(test)
-        return test
-
-    return deco
-
-
-pinned = pinned_with(REGRESSIONS)
+pinned = pinned_examples("config", REGRESSIONS)
 
 
 # --- the layer of a configuration -------------------------------------------------------------
@@ -525,6 +515,6 @@ def test_trtllm_kernel(config: Mxfp4MoeConfig, backend: Mxfp4MoeBackend, policy:
 @pytest.mark.aiter
 @pytest.mark.parametrize("backend", [Mxfp4MoeBackend.AITER], ids=["aiter-ck"])
 @given(config=mxfp4_moe_configs().map(_silu_no_bias))
-@pinned_with(tuple(_silu_no_bias(c) for c in REGRESSIONS))
+@pinned_examples("config", [_silu_no_bias(c) for c in REGRESSIONS])
 def test_aiter_kernel(config: Mxfp4MoeConfig, backend: Mxfp4MoeBackend, policy: MoeAlignment) -> None:
     run_check(check_aiter_kernel, config, backend, policy, kernel=True)

@@ -26,7 +26,7 @@ from dataclasses import dataclass
 
 import pytest
 import torch
-from hypothesis import event, example, given, target
+from hypothesis import event, given, target
 from hypothesis import strategies as st
 
 from adapters import flashinfer_sm90_moe as sm90
@@ -39,6 +39,7 @@ from reference.moe import GateUpOrder, moe_magnitude, moe_reference, route
 from strategies.catalog import GPT_OSS, SWIGLU
 from strategies.config import Config
 from strategies.moe import MoeShape, moe_shapes, pinned_shape
+from strategies.pins import pinned_examples
 from strategies.tensors import dequantize_moe, moe_case, real_channels
 from subjects.moe import MoeAlignment, pad_moe, relayout_moe
 from subjects.mxfp4_moe import CONTRACT, Mxfp4MoeBackend
@@ -111,10 +112,7 @@ REGRESSIONS = (
 )
 
 
-def pinned(test):
-    for case in REGRESSIONS:
-        test = example(case=case)(test)
-    return test
+pinned = pinned_examples("case", REGRESSIONS)
 
 
 def normalized_error(got: torch.Tensor, want: torch.Tensor, scale: torch.Tensor) -> float:

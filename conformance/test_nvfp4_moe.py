@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import pytest
 import torch
-from hypothesis import example, given
+from hypothesis import given
 
 from adapters import flashinfer as fi
 from adapters import flashinfer_moe_kernels as kernels
@@ -31,6 +31,7 @@ from reference.layouts import inverse_permutation, swizzle_128x4, unswizzle_128x
 from reference.moe import GateUpOrder, moe_reference, route
 from reference.padding import pad_dim
 from strategies.moe import MoeShape, moe_shapes, pinned_shape
+from strategies.pins import pinned_examples
 from strategies.tensors import MoeCase, dequantize_moe, moe_case, real_channels
 from subjects.moe import AlignedMoe, MoeAlignment
 from subjects.nvfp4_moe import CONTRACT, MoeBackend
@@ -51,11 +52,7 @@ REGRESSIONS = (
 )
 
 
-def pinned(test):
-    """Apply every pinned regression shape as an ``@example``."""
-    for shape in REGRESSIONS:
-        test = example(shape=shape)(test)
-    return test
+pinned = pinned_examples("shape", REGRESSIONS)
 
 
 def align(shape: MoeShape, backend: MoeBackend, policy: MoeAlignment) -> tuple[AlignedMoe, MoeCase]:

@@ -32,7 +32,7 @@ from collections.abc import Callable
 
 import pytest
 import torch
-from hypothesis import example, given, settings
+from hypothesis import given, settings
 
 from adapters import flashinfer as fi
 from adapters import flashinfer_moe_kernels as kernels
@@ -41,6 +41,7 @@ from reference.formats import E2M1_MAX, E4M3_MAX, NVFP4_BLOCK, GlobalScale, nvfp
 from reference.moe import GateUpOrder, moe_reference, route
 from strategies.catalog import GEGLU, RELU2, SWIGLU
 from strategies.moe import MoeShape, moe_shapes, pinned_shape
+from strategies.pins import pinned_examples
 from strategies.tensors import MoeCase, dequantize_moe, moe_case, real_channels
 from subjects.moe import AlignedMoe, MoeAlignment, UnsupportedConfig
 from subjects.nvfp4_moe import CONTRACT, MoeBackend
@@ -107,11 +108,7 @@ REGRESSIONS = (
 )
 
 
-def pinned(test):
-    """Apply every pinned regression shape as an ``@example``."""
-    for shape in REGRESSIONS:
-        test = example(shape=on_kernel(shape))(test)
-    return test
+pinned = pinned_examples("shape", [on_kernel(shape) for shape in REGRESSIONS])
 
 
 @dataclasses.dataclass(frozen=True)

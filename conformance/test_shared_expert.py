@@ -15,13 +15,14 @@ FSE on (fused; the old order replicated it and crashed the ASM swizzle on scale 
 from __future__ import annotations
 
 import pytest
-from hypothesis import example, given
+from hypothesis import given
 
 from conformance.test_mxfp4_linear import process, swizzle_error
 from harness.repro import check, record_event, run_check
 from reference.errors import ShapeContractError
 from reference.formats import MXFP4_BLOCK
 from reference.sizes import even_split
+from strategies.pins import pinned_examples
 from strategies.shared_expert import SharedExpertCase, dense_layer_shapes, shared_expert_case, shared_expert_cases
 from subjects.mxfp4_linear import BuiltinMxfp4Linear, Mxfp4LinearKernelSelection
 from subjects.shared_expert import CONTRACT, SharedExpertPlacement, SharedExpertPolicy, SharedExpertSetup
@@ -48,11 +49,7 @@ VLLM_DECISION_TABLE = (
 """vLLM's ``_should_replicate_misaligned_shared_expert`` unit tests (group 32) and the FSE ordering cases."""
 
 
-def pinned(test):
-    """Apply the decision table's cases as ``@example``s (they run in the listed order)."""
-    for case, _ in reversed(VLLM_DECISION_TABLE):
-        test = example(case=case)(test)
-    return test
+pinned = pinned_examples("case", [case for case, _ in VLLM_DECISION_TABLE])
 
 
 def expected_placement(setup: SharedExpertSetup) -> SharedExpertPlacement | str:
