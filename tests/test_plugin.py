@@ -252,3 +252,15 @@ def test_worker_crash_is_reported_with_its_reproduction(tmp_path: Path) -> None:
     assert "1 failed, 1 passed" in out, out[-3000:]
     assert "worker crashed during a kernel call; reproduce: python -m harness.repro" in out, out[-3000:]
     assert list((tmp_path / "results" / "repro").glob("*-crash.py"))
+
+
+def test_model_pins_select_the_pinned_regressions() -> None:
+    from strategies.moe import pinned_shape
+    from strategies.pins import Pin, matches_pin
+
+    gemma_tp4 = pinned_shape("gemma-4-26b-a4b", 4)
+    assert matches_pin(gemma_tp4, Pin())
+    assert matches_pin(gemma_tp4, Pin("gemma-4-26b-a4b", 4))
+    assert not matches_pin(gemma_tp4, Pin("gemma-4-26b-a4b", 2))
+    assert not matches_pin(gemma_tp4, Pin("qwen3-30b-a3b"))
+    assert not matches_pin(gemma_tp4, Pin(tp=4, ep=True))
