@@ -9,7 +9,7 @@ leaves the output bit-identical.
 from __future__ import annotations
 
 import enum
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 
 import torch
@@ -93,6 +93,14 @@ def route(logits: torch.Tensor, top_k: int, renormalize: bool = True) -> tuple[t
     return weights, ids
 
 
+def routed_groups(ids: torch.Tensor) -> Iterator[tuple[int, int, torch.Tensor]]:
+    """``(j, expert, tokens)`` for every top-k slot ``j = 0..k-1`` and expert routed to in it, in a
+    fixed order (slot, then expert id), with the indices of the tokens that slot sends there."""
+    for j in range(ids.shape[1]):
+        for expert in ids[:, j].unique().tolist():
+            yield j, expert, (ids[:, j] == expert).nonzero().flatten()
+
+
 def moe_reference(
     x: torch.Tensor,
     w13: torch.Tensor,
@@ -124,19 +132,17 @@ def moe_reference(
     require(weights.shape == ids.shape and ids.shape[0] == x.shape[0], "moe: routing weights/ids must be [T, k]")
     require(bool(((ids >= 0) & (ids < e)).all()), f"moe: expert ids must lie in 0..{e - 1}")
     out = torch.zeros(x.shape, dtype=torch.float32, device=x.device)
-    for j in range(ids.shape[1]):
-        for expert in ids[:, j].unique().tolist():
-            tok = (ids[:, j] == expert).nonzero().flatten()
-            hid = exact_matmul(x[tok], w13[expert])
-            if w13_bias is not None:
-                hid = hid + w13_bias[expert]
-            a = activate(hid, act, order)
-            if requantize is not None:
-                a = requantize(a)
-            y = exact_matmul(a, w2[expert])
-            if w2_bias is not None:
-                y = y + w2_bias[expert]
-            out[tok] += weights[tok, j, None] * y
+    for j, expert, tok in routed_groups(ids):
+        hid = exact_matmul(x[tok], w13[expert])
+        if w13_bias is not None:
+            hid = hid + w13_bias[expert]
+        a = activate(hid, act, order)
+        if requantize is not None:
+            a = requantize(a)
+        y = exact_matmul(a, w2[expert])
+        if w2_bias is not None:
+            y = y + w2_bias[expert]
+        out[tok] += weights[tok, j, None] * y
     return out
 
 
@@ -161,9 +167,7 @@ def moe_magnitude(
         raise ValueError(f"moe_magnitude is derived for gated activations only, not {act}")
     beta = act.beta if act.kind is ActivationKind.SWIGLU_OAI else 0.0
     out = torch.zeros(x.shape, dtype=torch.float32, device=x.device)
-    for j in range(ids.shape[1]):
-        for expert in ids[:, j].unique().tolist():
-            tok = (ids[:, j] == expert).nonzero().flatten()
-            gate, up = split_gate_up(exact_matmul(x[tok].abs(), w13[expert].abs()), order)
-            out[tok] += weights[tok, j, None] * exact_matmul(gate * (up + beta), w2[expert].abs())
+    for j, expert, tok in routed_groups(ids):
+        gate, up = split_gate_up(exact_matmul(x[tok].abs(), w13[expert].abs()), order)
+        out[tok] += weights[tok, j, None] * exact_matmul(gate * (up + beta), w2[expert].abs())
     return out
