@@ -36,14 +36,15 @@ from hypothesis import given, settings
 
 from adapters import flashinfer as fi
 from adapters import flashinfer_moe_kernels as kernels
+from conformance.test_nvfp4_moe import align
 from harness.repro import check, record_event, record_target, run_check
 from reference.formats import E2M1_MAX, E4M3_MAX, NVFP4_BLOCK, GlobalScale, nvfp4_dequantize, nvfp4_quantize
 from reference.moe import GateUpOrder, moe_reference, route
 from strategies.catalog import GEGLU, RELU2, SWIGLU
 from strategies.moe import MoeShape, moe_shapes, pinned_shape
 from strategies.pins import pinned_examples
-from strategies.tensors import MoeCase, dequantize_moe, moe_case, real_channels
-from subjects.moe import AlignedMoe, MoeAlignment, UnsupportedConfig
+from strategies.tensors import MoeCase, dequantize_moe, real_channels
+from subjects.moe import AlignedMoe, MoeAlignment
 from subjects.nvfp4_moe import CONTRACT, MoeBackend
 
 pytestmark = [pytest.mark.contract(CONTRACT), pytest.mark.sm100, pytest.mark.flashinfer]
@@ -119,16 +120,6 @@ class KernelInputs:
     x: torch.Tensor
     logits: torch.Tensor
     scales: kernels.Nvfp4MoeScales
-
-
-def align(shape: MoeShape, backend: MoeBackend, policy: MoeAlignment) -> tuple[AlignedMoe, MoeCase]:
-    case = moe_case(shape, NVFP4_BLOCK)
-    try:
-        aligned = policy.align_moe(backend, case.weights, shape.gated)
-    except UnsupportedConfig as exc:
-        raise AssertionError(f"policy refused a shape real models produce ({shape.describe()}): {exc}") from exc
-    record_event(f"I {shape.intermediate} -> {aligned.intermediate_size}, H {shape.hidden} -> {aligned.hidden_size}")
-    return aligned, case
 
 
 def power_of_two_decode(amax: float) -> float:
