@@ -28,6 +28,7 @@ from pathlib import Path
 from typing import Any
 
 from harness.hardware import machine
+from harness.inputs import guard_inputs
 from subjects.registry import Subject, backends, known_bad, named_subjects
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -149,7 +150,7 @@ def grid_catches(subject: Subject, contract: str, configs: list[Any]) -> tuple[b
     """
     from adapters.flashinfer import LibraryUnavailable
 
-    policy = subject.policy(contract)
+    policy = guard_inputs(subject.policy(contract))
     for config in configs:
         for fn in (f for f in checks_of(contract) if isinstance(config, f.__fp4_check__[1])):
             for backend in backends(contract) or (None,):

@@ -26,6 +26,7 @@ import pytest
 from hypothesis import settings
 
 from harness import devices, hardware, profiles, repro
+from harness.inputs import guard_inputs
 from strategies.catalog import MODELS, TP_DEGREES
 from strategies.pins import Pin, set_pin
 
@@ -133,11 +134,12 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
 
 @pytest.fixture
 def policy(request: pytest.FixtureRequest):
-    """The selected subject's policy for the requesting test's contract."""
+    """The selected subject's policy for the requesting test's contract, behind the input check
+    (:func:`harness.inputs.guard_inputs`: a call that writes to its input tensors fails)."""
     contract = _contract(request.node)
     if contract is None:
         raise pytest.UsageError(f"{request.node.nodeid} uses the policy fixture without @pytest.mark.contract")
-    return request.config.fp4_subject.policy(contract)
+    return guard_inputs(request.config.fp4_subject.policy(contract))
 
 
 @pytest.hookimpl(tryfirst=True)

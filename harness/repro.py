@@ -29,6 +29,7 @@ import pytest
 from hypothesis import currently_in_test_context, event, note, target
 
 from adapters.flashinfer import LibraryUnavailable
+from harness.inputs import guard_inputs
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -213,7 +214,7 @@ def reproduce(repro: Reproduction) -> None:
     module, _, name = repro.check.partition(":")
     fn = getattr(importlib.import_module(module), name)
     contract, config_type = fn.__fp4_check__
-    policy = resolve(repro.subject).policy(contract)
+    policy = guard_inputs(resolve(repro.subject).policy(contract))
     if policy is None:
         raise SystemExit(f"subject {repro.subject} does not implement contract {contract}")
     fn(config_type.from_dict(repro.config), _resolve_backend(contract, repro.backend), policy)
