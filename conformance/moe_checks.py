@@ -8,11 +8,13 @@ from __future__ import annotations
 
 import enum
 from collections.abc import Callable
+from dataclasses import dataclass
 
 import torch
 
 from harness.repro import record_event
-from subjects.moe import AlignedMoe, MoeAlignment, MoeWeights, UnsupportedConfig
+from reference.formats import NVFP4_BLOCK, fp4_bytes_zero, scale_bytes_finite
+from subjects.moe import TENSOR_DTYPES, AlignedMoe, MoeAlignment, MoeWeights, UnsupportedConfig
 
 TENSORS = ("w13", "w13_scale", "w2", "w2_scale", "w13_bias", "w2_bias")
 
@@ -33,8 +35,12 @@ def align_checked(
 
 def assert_shapes(aligned: AlignedMoe, experts: int, halves: int) -> None:
     """The padded tensors are ``w13 [E, F·Ip, Hp/2]``, ``w13_scale [E, F·Ip, Hp/g]``, ``w2 [E, Hp, Ip/2]``,
-    ``w2_scale [E, Hp, Ip/g]`` and, when present, ``w13_bias [E, F·Ip]``, ``w2_bias [E, Hp]``."""
+    ``w2_scale [E, Hp, Ip/g]`` and, when present, ``w13_bias [E, F·Ip]``, ``w2_bias [E, Hp]``, each of the
+    dtype :data:`~subjects.moe.TENSOR_DTYPES` names (uint8 codes and scales, fp32 biases)."""
     w, ip, hp = aligned.weights, aligned.intermediate_size, aligned.hidden_size
+    for name, dtype in TENSOR_DTYPES.items():
+        t = getattr(w, name)
+        assert t is None or t.dtype == dtype, f"{name} has dtype {t.dtype}, contract says {dtype}"
     expected = {
         "w13": (experts, halves * ip, hp // 2),
         "w13_scale": (experts, halves * ip, hp // w.block),
@@ -49,8 +55,34 @@ def assert_shapes(aligned: AlignedMoe, experts: int, halves: int) -> None:
             assert tuple(t.shape) == want, f"{name} has shape {tuple(t.shape)}, contract says {want} (Ip={ip}, Hp={hp})"
 
 
-def assert_embedded(name: str, src: torch.Tensor, dst: torch.Tensor) -> None:
-    """``src`` sits in the leading corner of ``dst`` (same leading dims) and every other element is zero."""
+@dataclass(frozen=True)
+class PadRule:
+    """What an element a policy added to a tensor may hold: ``allowed`` maps elements to a bool mask."""
+
+    what: str
+    allowed: Callable[[torch.Tensor], torch.Tensor]
+
+
+def pad_rule(tensor: str, block: int) -> PadRule:
+    """The pad rule of :class:`~subjects.moe.MoeWeights` field ``tensor``, from the formats.
+
+    Added weight codes are E2M1 zeros of either sign (nibble 0x0 or 0x8). Added scale codes are
+    any finite code of the block's scale format (E4M3 for 16, UE8M0 for 32): they only scale
+    added weight codes, and ``finite · 0 = 0`` while ``NaN · 0 = NaN`` (so E4M3 0x7F / 0xFF and
+    UE8M0 0xFF fail). FlashInfer 0.7.4's ``pad_trtllm_moe_weights`` fills scales with the
+    format's 1.0 (UE8M0 127, E4M3 0x38), vLLM with 0. Added bias elements are zero.
+    """
+    if tensor.endswith("_scale"):
+        fmt = "E4M3" if block == NVFP4_BLOCK else "UE8M0"
+        return PadRule(f"a finite {fmt} scale code", lambda t: scale_bytes_finite(t, block))
+    if tensor.endswith("_bias"):
+        return PadRule("zero", lambda t: t == 0)
+    return PadRule("E2M1 zero codes (nibbles 0x0 or 0x8)", fp4_bytes_zero)
+
+
+def assert_embedded(name: str, src: torch.Tensor, dst: torch.Tensor, pad: PadRule) -> None:
+    """``src`` sits in the leading corner of ``dst`` (same leading dims) and every other element
+    satisfies ``pad``."""
     corner = tuple(slice(0, n) for n in src.shape)
     assert all(d >= s for d, s in zip(dst.shape, src.shape, strict=True)), (
         f"{name}: padded shape {tuple(dst.shape)} is smaller than the original {tuple(src.shape)}"
@@ -58,7 +90,12 @@ def assert_embedded(name: str, src: torch.Tensor, dst: torch.Tensor) -> None:
     assert torch.equal(dst[corner], src), f"{name}: the original {tuple(src.shape)} block moved or changed"
     mask = torch.ones_like(dst, dtype=torch.bool)
     mask[corner] = False
-    assert not dst[mask].any(), f"{name}: padding of {tuple(src.shape)} -> {tuple(dst.shape)} holds non-zero values"
+    added = dst[mask]
+    bad = added[~pad.allowed(added)]
+    assert bad.numel() == 0, (
+        f"{name}: padding of {tuple(src.shape)} -> {tuple(dst.shape)} holds {bad.numel()} value(s) that are not "
+        f"{pad.what}, e.g. {bad[:4].tolist()}"
+    )
 
 
 def assert_minimal(violations: Callable[[int], list[str]], what: str, start: int, chosen: int, step: int) -> None:

@@ -29,11 +29,21 @@ from conformance.moe_checks import (
     assert_idempotent,
     assert_minimal,
     assert_shapes,
+    pad_rule,
 )
 from conformance.mxfp4_moe_backends import KERNEL_FC1_LAYOUT, violations
 from harness.repro import check, run_check
 from reference.errors import require
-from reference.formats import MXFP4_BLOCK, MxScaleRounding, Quantized, mxfp4_dequantize, mxfp4_quantize
+from reference.formats import (
+    MXFP4_BLOCK,
+    MxScaleRounding,
+    Quantized,
+    e2m1_decode,
+    fp4_bytes_zero,
+    mxfp4_dequantize,
+    mxfp4_quantize,
+    unpack_fp4,
+)
 from reference.layouts import (
     Fc1Layout,
     aiter_e8m0_shuffle,
@@ -199,10 +209,11 @@ def check_gate_up_pairing(config: Mxfp4MoeConfig, backend: Mxfp4MoeBackend, poli
         assert after is not None, f"the policy dropped {name}"
         pairs = zip(("gate", "up"), split_fc1(before, src.fc1_layout, dim), split_fc1(after, layout, dim), strict=True)
         for half, original, padded in pairs:
-            assert_embedded(f"{name} {half} rows as {backend.value} reads them ({layout.value})", original, padded)
+            label = f"{name} {half} rows as {backend.value} reads them ({layout.value})"
+            assert_embedded(label, original, padded, pad_rule(name, MXFP4_BLOCK))
     for name in ("w2", "w2_scale", "w2_bias"):
         if getattr(src, name) is not None:
-            assert_embedded(name, getattr(src, name), getattr(w, name))
+            assert_embedded(name, getattr(src, name), getattr(w, name), pad_rule(name, MXFP4_BLOCK))
     assert w.fc1_layout is layout, (
         f"the policy labels FC1 rows {w.fc1_layout.value}; {backend.value} reads {layout.value}"
     )
@@ -314,7 +325,8 @@ def check_trtllm_round_trip(config: Mxfp4MoeConfig, backend: Mxfp4MoeBackend, po
             split_fc1(up_gate, Fc1Layout.UP_GATE, dim),
             strict=True,
         ):
-            assert_embedded(f"{name} {half} rows under FlashInfer's gated reorder", src, dst)
+            label = f"{name} {half} rows under FlashInfer's gated reorder"
+            assert_embedded(label, src, dst, pad_rule(name, MXFP4_BLOCK))
 
 
 @check(CONTRACT, Mxfp4MoeConfig)
@@ -322,8 +334,9 @@ def check_trtllm_matches_flashinfer_padding(
     config: Mxfp4MoeConfig, backend: Mxfp4MoeBackend, policy: MoeAlignment
 ) -> None:
     """FlashInfer's ``pad_trtllm_moe_weights`` (alignments 128 for I, 256 for H) on the stacked ``[up; gate]`` checkpoint
-    gives the policy's FC1 bytes, FC2 bytes on its ``ru(H, 128)`` rows, and the same dequantized scales
-    (FlashInfer pads scales with 127 = 1.0, vLLM with 0; both times zero codes)."""
+    gives the policy's FC1 weight codes, FC2 codes on its ``ru(H, 128)`` rows (a pad code may be ``+0`` or
+    ``-0``) and the same dequantized values (FlashInfer pads scales with 127 = 1.0, vLLM with 0; both times
+    zero codes)."""
     aligned, case = align(config, backend, policy)
     src = relayout_moe(case.checkpoint, Fc1Layout.UP_GATE)
     theirs = fim.pad_trtllm_moe_weights(
@@ -352,9 +365,11 @@ def check_trtllm_matches_flashinfer_padding(
         ),
     )
     for label, a, b in pairs:
-        assert torch.equal(a.packed, b.packed), f"{label} weight bytes differ from FlashInfer's pad_trtllm_moe_weights"
+        assert torch.equal(e2m1_decode(unpack_fp4(a.packed)), e2m1_decode(unpack_fp4(b.packed))), (
+            f"{label} weight codes differ from FlashInfer's pad_trtllm_moe_weights (beyond the sign of a zero)"
+        )
         assert torch.equal(mxfp4_dequantize(a), mxfp4_dequantize(b)), f"{label} dequantized values differ"
-    assert not ours.w2[:, fc2_rows:].any(), f"FC2 rows past ru(H, 128) = {fc2_rows} must be zero"
+    assert fp4_bytes_zero(ours.w2[:, fc2_rows:]).all(), f"FC2 rows past ru(H, 128) = {fc2_rows} must be zero codes"
 
 
 @pytest.mark.flashinfer

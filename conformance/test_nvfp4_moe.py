@@ -24,6 +24,7 @@ from conformance.moe_checks import (
     assert_idempotent,
     assert_minimal,
     assert_shapes,
+    pad_rule,
 )
 from harness.repro import check, run_check
 from reference.formats import NVFP4_BLOCK, GlobalScale, nvfp4_dequantize, nvfp4_quantize
@@ -99,8 +100,9 @@ def check_padding_invariance(shape: MoeShape, backend: MoeBackend, policy: MoeAl
 
 @check(CONTRACT, MoeShape)
 def check_layout_contract(shape: MoeShape, backend: MoeBackend, policy: MoeAlignment) -> None:
-    """Shapes match ``[E, F·Ip, Hp/2]`` etc., each gate/up half keeps its rows at ``[h·Ip, h·Ip+I)``,
-    original columns keep their place and every added byte is zero."""
+    """Shapes and dtypes match ``uint8 [E, F·Ip, Hp/2]`` etc., each gate/up half keeps its rows at
+    ``[h·Ip, h·Ip+I)``, original columns keep their place, every added weight code is an E2M1 zero and
+    every added scale code is finite (:func:`~conformance.moe_checks.pad_rule`)."""
     aligned, case = align(shape, backend, policy)
     f, i, ip = 2 if shape.gated else 1, shape.intermediate, aligned.intermediate_size
     assert ip >= i and aligned.hidden_size >= shape.hidden, f"policy shrank sizes: I {i} -> {ip}"
@@ -109,9 +111,10 @@ def check_layout_contract(shape: MoeShape, backend: MoeBackend, policy: MoeAlign
         src, dst = getattr(case.weights, name), getattr(aligned.weights, name)
         for half in range(f):
             label = f"{name} {('up', 'gate')[half] if f == 2 else 'FC1'} half"
-            assert_embedded(label, src[:, half * i : (half + 1) * i], dst[:, half * ip : (half + 1) * ip])
+            pad = pad_rule(name, NVFP4_BLOCK)
+            assert_embedded(label, src[:, half * i : (half + 1) * i], dst[:, half * ip : (half + 1) * ip], pad)
     for name in ("w2", "w2_scale"):
-        assert_embedded(name, getattr(case.weights, name), getattr(aligned.weights, name))
+        assert_embedded(name, getattr(case.weights, name), getattr(aligned.weights, name), pad_rule(name, NVFP4_BLOCK))
 
 
 @check(CONTRACT, MoeShape)

@@ -177,6 +177,18 @@ def ue8m0_decode(
     return torch.where(v == 0xFF, special, val)
 
 
+def fp4_bytes_zero(packed: torch.Tensor) -> torch.Tensor:
+    """Per packed byte: both E2M1 codes are zero, ``+0`` (0x0) or ``-0`` (0x8), i.e. ``byte & 0x77 == 0``."""
+    return (packed.to(torch.int64) & 0x77) == 0
+
+
+def scale_bytes_finite(b: torch.Tensor, block: int) -> torch.Tensor:
+    """Per byte: a finite block-scale code of the format ``block`` names (NVFP4 16: E4M3, NaN at
+    0x7F / 0xFF, no Inf; MXFP4 32: UE8M0, 0xFF is NaN (OCP) or +Inf (FlashInfer's host decode))."""
+    require(block in (NVFP4_BLOCK, MXFP4_BLOCK), f"no FP4 scale format has {block}-element blocks")
+    return torch.isfinite(e4m3_decode(b) if block == NVFP4_BLOCK else ue8m0_decode(b))
+
+
 def mx_scale_exponent(amax: torch.Tensor, rounding: MxScaleRounding) -> torch.Tensor:
     """Unbiased block exponent (int64) for an fp32 block ``amax >= 0``, clamped to [-127, 127].
 

@@ -29,8 +29,9 @@ class UnsupportedConfig(Exception):
 class MoeWeights:
     """One rank's FP4 experts with ``block``-element scale groups (16 NVFP4, 32 MXFP4).
 
-    ``w13`` uint8 ``[E, F·I, H/2]``, ``w13_scale`` bytes ``[E, F·I, H/block]``,
-    ``w2`` uint8 ``[E, H, I/2]``, ``w2_scale`` bytes ``[E, H, I/block]``; ``F = 2`` if gated.
+    ``w13`` uint8 ``[E, F·I, H/2]``, ``w13_scale`` uint8 ``[E, F·I, H/block]``,
+    ``w2`` uint8 ``[E, H, I/2]``, ``w2_scale`` uint8 ``[E, H, I/block]``; ``F = 2`` if gated
+    (dtypes: :data:`TENSOR_DTYPES`).
     ``fc1_layout`` is the row order of gated FC1 tensors (weights, scales and bias alike).
     Optional fp32 biases: ``w13_bias [E, F·I]`` (in ``fc1_layout``) and ``w2_bias [E, H]``.
     """
@@ -51,6 +52,19 @@ class MoeWeights:
     @property
     def intermediate_size(self) -> int:
         return 2 * self.w2.shape[2]
+
+
+TENSOR_DTYPES = {
+    "w13": torch.uint8,
+    "w13_scale": torch.uint8,
+    "w2": torch.uint8,
+    "w2_scale": torch.uint8,
+    "w13_bias": torch.float32,
+    "w2_bias": torch.float32,
+}
+"""The dtype of each :class:`MoeWeights` tensor, in and out of a policy: packed E2M1 codes and block-scale
+codes (E4M3 for ``block = 16``, UE8M0 for 32) are bytes, uint8 (an engine's float8 view of a scale is
+its own business); biases fp32."""
 
 
 @dataclass(frozen=True)

@@ -9,11 +9,12 @@ shapes, documented kernel defects).
 from __future__ import annotations
 
 import dataclasses
+import enum
 
 import torch
 
 from adapters import flashinfer as fi
-from subjects.moe import AlignedMoe, MoeWeights
+from subjects.moe import AlignedMoe, MoeAlignment, MoeWeights
 from subjects.nvfp4_moe import BuiltinNvfp4MoeAlignment, MoeBackend
 
 # --- inputs unchanged ------------------------------------------------------------------------------
@@ -83,31 +84,22 @@ class FlashInferPadHelper:
         return AlignedMoe(padded, out.intermediate_size, out.hidden_size)
 
 
-class ScaleFill(BuiltinNvfp4MoeAlignment):
-    """Correct padding, then every added scale byte set to ``fill`` (and, with ``negative_zero``, every
-    added weight nibble to E2M1 code 8 = -0)."""
+class PadFill:
+    """``inner``'s padding, then every added scale byte set to ``fill`` and, with ``negative_zero``,
+    every added weight byte to 0x88 (two E2M1 ``-0`` codes). The added positions are found by
+    aligning a copy whose tensors are all ones: wherever its output holds 0, ``inner`` added it."""
 
-    def __init__(self, fill: int, negative_zero: bool = False) -> None:
-        self.fill, self.negative_zero = fill, negative_zero
+    def __init__(self, inner: MoeAlignment, fill: int, negative_zero: bool = False) -> None:
+        self.inner, self.fill, self.negative_zero = inner, fill, negative_zero
 
-    def align_moe(self, backend: MoeBackend, weights: MoeWeights, gated: bool) -> AlignedMoe:
-        aligned = super().align_moe(backend, weights, gated)
-        f, i, ip = 2 if gated else 1, weights.intermediate_size, aligned.intermediate_size
-
-        def refill(src: torch.Tensor, dst: torch.Tensor, fc1: bool, value: int) -> torch.Tensor:
-            keep = torch.zeros_like(dst, dtype=torch.bool)
-            if fc1:
-                for half in range(f):
-                    keep[:, half * ip : half * ip + i, : src.shape[2]] = True
-            else:
-                keep[:, : src.shape[1], : src.shape[2]] = True
-            return torch.where(keep, dst, torch.full_like(dst, value))
-
-        w = aligned.weights
-        new = {
-            "w13_scale": refill(weights.w13_scale, w.w13_scale, True, self.fill),
-            "w2_scale": refill(weights.w2_scale, w.w2_scale, False, self.fill),
-        }
+    def align_moe(self, backend: enum.Enum, weights: MoeWeights, gated: bool) -> AlignedMoe:
+        aligned = self.inner.align_moe(backend, weights, gated)
+        names = ("w13", "w13_scale", "w2", "w2_scale")
+        ones = dataclasses.replace(weights, **{n: torch.ones_like(getattr(weights, n)) for n in names})
+        marker = self.inner.align_moe(backend, ones, gated).weights
+        fills = {"w13_scale": self.fill, "w2_scale": self.fill}
         if self.negative_zero:
-            new |= {"w13": refill(weights.w13, w.w13, True, 0x88), "w2": refill(weights.w2, w.w2, False, 0x88)}
+            fills |= {"w13": 0x88, "w2": 0x88}
+        w = aligned.weights
+        new = {n: torch.where(getattr(marker, n) == 0, v, getattr(w, n)).to(torch.uint8) for n, v in fills.items()}
         return dataclasses.replace(aligned, weights=dataclasses.replace(w, **new))
