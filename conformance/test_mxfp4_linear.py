@@ -21,6 +21,7 @@ import torch
 from hypothesis import example, given
 
 from adapters import aiter as aiter_kernels
+from harness.inputs import InputModified
 from harness.repro import check, record_event, run_check
 from reference.errors import ShapeContractError
 from reference.formats import (
@@ -46,8 +47,8 @@ from strategies.linear import (
     scale_shapes,
 )
 from strategies.pins import pinned_examples
+from subjects.kernel_defects import AITER_LINEAR_DEFECTS, KernelDefect, covering
 from subjects.mxfp4_linear import (
-    ASM_FORCE_TRITON_SCALE_ROWS,
     CONTRACT,
     AiterLinearPath,
     Mxfp4LinearKernelSelection,
@@ -102,13 +103,23 @@ def pinned_scale_shapes(test):
     return pinned_examples("case", cases)(test)
 
 
+def asm_defects(scale_shape: tuple[int, ...]) -> list[KernelDefect]:
+    """The documented ASM-kernel defects (:data:`~subjects.kernel_defects.AITER_LINEAR_DEFECTS`) covering a scale shape."""
+    return covering(AITER_LINEAR_DEFECTS, ASM.value, scale_shape)
+
+
 def asm_supported(scale_shape: tuple[int, ...]) -> bool:
-    """The contract's predicate: 2-D, the unpadded swizzle valid, and not a row count ASM gets wrong."""
-    return (
-        len(scale_shape) == 2
-        and asm_scale_swizzle_ok(*scale_shape)
-        and scale_shape[0] not in ASM_FORCE_TRITON_SCALE_ROWS
-    )
+    """The ASM path may take the layer: 2-D, the unpadded swizzle valid, and no documented defect the
+    guard must avoid covers it."""
+    if len(scale_shape) != 2 or not asm_scale_swizzle_ok(*scale_shape):
+        return False
+    return not any(d.required for d in asm_defects(scale_shape))
+
+
+def fallback_needless(scale_shape: tuple[int, ...]) -> bool:
+    """Falling back to Triton is a needless slow path: the ASM path takes the layer and no documented
+    defect (required or not) gives a reason to avoid it."""
+    return asm_supported(scale_shape) and not asm_defects(scale_shape)
 
 
 def swizzle_error(scale_shape: tuple[int, ...]) -> str | None:
@@ -122,8 +133,10 @@ def swizzle_error(scale_shape: tuple[int, ...]) -> str | None:
 
 @check(CONTRACT, ScaleShapeCase)
 def check_asm_guard_truth_table(case: ScaleShapeCase, backend: None, policy: Mxfp4LinearKernelSelection) -> None:
-    """The guard accepts a scale shape exactly when the unpadded ASM swizzle takes it (and its rows are
-    not ones the ASM GEMM is known to get wrong): both directions."""
+    """The guard sends a scale shape to the ASM GEMM only where the unpadded ASM swizzle takes it and no
+    documented ASM defect that must be avoided covers it, and falls back to Triton only where one of those
+    holds or a documented defect (:data:`~subjects.kernel_defects.AITER_LINEAR_DEFECTS`, with its report)
+    gives a reason to: a fallback with no documented reason is a needless slow path."""
     shape = tuple(case.shape)
     error = swizzle_error(shape)
     assert (error is None) == (len(shape) == 2 and asm_scale_swizzle_ok(*shape)), (
@@ -133,14 +146,19 @@ def check_asm_guard_truth_table(case: ScaleShapeCase, backend: None, policy: Mxf
     record_event(f"guard {'ASM' if got else 'Triton'}")
     if got and error is not None:
         raise AssertionError(f"guard sends scale {shape} to the ASM GEMM, whose unpadded swizzle fails: {error}")
-    if got and shape[0] in ASM_FORCE_TRITON_SCALE_ROWS:
-        raise AssertionError(
-            f"guard sends scale {shape} to the ASM GEMM, which is numerically wrong for {shape[0]}-row scales at "
-            "M <= 64 (vLLM PR #58139): it must fall back to Triton"
-        )
-    assert got or not asm_supported(shape), (
-        f"guard falls back to Triton for scale {shape}, which the ASM path handles (needless slow path)"
+    for defect in asm_defects(shape) if got else ():
+        if defect.required:
+            raise AssertionError(
+                f"guard sends scale {shape} to the ASM GEMM, which a documented defect covers: {defect.reason} "
+                f"({defect.link}): it must fall back to Triton"
+            )
+    assert got or not fallback_needless(shape), (
+        f"guard falls back to Triton for scale {shape}, which the ASM path handles, and no documented ASM defect "
+        "covers it (needless slow path; a defect a guard routes around belongs in subjects.kernel_defects with "
+        "its upstream report)"
     )
+    if not got and asm_defects(shape):
+        record_event("Triton: avoids a documented ASM defect")
 
 
 @given(case=scale_shapes())
@@ -150,11 +168,13 @@ def test_asm_guard_truth_table(case: ScaleShapeCase, policy: Mxfp4LinearKernelSe
 
 
 def process(policy: Mxfp4LinearKernelSelection, n: int, k: int, asm_enabled: bool) -> PreparedMxfp4Linear:
-    """Run the policy's weight processing on a zero layer of ``(N, K)``; any exception fails the property."""
+    """Run the policy's weight processing on a zero layer of the real ``(N, K)``; any exception fails the property."""
     weight = torch.zeros(n, k // 2, dtype=torch.uint8)
     scale = torch.full((n, k // MXFP4_BLOCK), 127, dtype=torch.uint8)
     try:
         return policy.process_mxfp4_linear_weights(weight, scale, asm_enabled)
+    except InputModified:
+        raise
     except Exception as exc:
         raise AssertionError(
             f"weight processing raised for weight [{n}, {k // 2}], scale ({n}, {k // MXFP4_BLOCK}) "
@@ -166,7 +186,7 @@ def process(policy: Mxfp4LinearKernelSelection, n: int, k: int, asm_enabled: boo
 def check_preparation_never_raises(shape: Mxfp4LinearShape, backend: None, policy: Mxfp4LinearKernelSelection) -> None:
     """Weight processing succeeds for every layer a rank holds, with ASM enabled or not; it takes the
     ASM path exactly when enabled and its own guard accepts the scale, Triton otherwise."""
-    n, k = shape.prep_shape()
+    n, k = shape.real_n, shape.real_k
     for enabled in (False, True):
         prepared = process(policy, n, k, enabled)
         guard = enabled and bool(policy.use_asm_gemm((n, k // MXFP4_BLOCK)))
@@ -175,8 +195,7 @@ def check_preparation_never_raises(shape: Mxfp4LinearShape, backend: None, polic
             f"processing took {prepared.path.value} for scale ({n}, {k // MXFP4_BLOCK}) with asm_enabled={enabled}, "
             f"but its guard says {want.value}"
         )
-    size = "real" if (n, k) == (shape.real_n, shape.real_k) else "reduced"
-    record_event(f"{size} tensors, ASM enabled -> {prepared.path.value}")
+    record_event(f"ASM enabled -> {prepared.path.value}")
 
 
 @given(shape=linear_shapes())
@@ -187,16 +206,17 @@ def test_preparation_never_raises(shape: Mxfp4LinearShape, policy: Mxfp4LinearKe
 
 @check(CONTRACT, Mxfp4LinearShape)
 def check_asm_taken_where_supported(shape: Mxfp4LinearShape, backend: None, policy: Mxfp4LinearKernelSelection) -> None:
-    """Every layer whose real scale shape the ASM path handles goes to ASM (no needless fallback)."""
+    """Every layer whose real scale shape the ASM path handles, and no documented ASM defect covers, goes
+    to ASM (no needless fallback)."""
     real = tuple(shape.scale_shape)
-    if not asm_supported(real):
-        record_event("scale not ASM-capable")
+    if not fallback_needless(real):
+        record_event("scale not ASM-capable, or a documented ASM defect covers it")
         return
     assert policy.use_asm_gemm(real), (
         f"guard falls back to Triton for scale {real} ({shape.layer}), which the ASM FP4 GEMM handles: "
         "a slower GEMM for no reason"
     )
-    n, k = shape.prep_shape()
+    n, k = shape.real_n, shape.real_k
     prepared = process(policy, n, k, True)
     assert prepared.path is ASM, (
         f"processing took {prepared.path.value} for ASM-capable scale ({n}, {k // MXFP4_BLOCK})"

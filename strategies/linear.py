@@ -6,10 +6,12 @@ ASM guard looks only at the scale shape (``rows % 32``, ``cols % 8``, i.e. ``N %
 vLLM applies (column-parallel shards N, row-parallel shards K, replicated keeps both), or are
 adversarial rank-local sizes.
 
-Every config keeps the **real** rank-local scale shape (what the guard sees) and, for tensors,
-reduced sizes that keep what the guard looks at: N keeps its residue mod 32 and whether it is
-96 (the row count vLLM forces to Triton); K keeps its residue mod 256 (see :func:`reduce_rows`,
-:func:`strategies.moe.reduce_size`). Token counts include 1-4 and non-multiples of 32.
+Every config keeps the **real** rank-local scale shape: the guard and the weight processing always
+get the real layer (a guard may route on any size it sees, ``subjects.mxfp4_linear``). The reduced
+sizes ``n, k`` serve only the numerical checks of each path's layout: N keeps its residue mod 32
+and whether it is 96 (the row count vLLM forces to Triton); K keeps its residue mod 256 (see
+:func:`reduce_rows`, :func:`strategies.moe.reduce_size`). Token counts include 1-4 and
+non-multiples of 32.
 
 Layer sizes: shared experts come from ``strategies.catalog``; the GDN ``in_proj_ba`` is from
 ``models.md`` §6 / vLLM PR #55213; the other dense projections are head counts x head_dim and
@@ -34,8 +36,6 @@ from strategies.pins import current_pin
 
 REDUCE_ROWS_ABOVE = 128
 REDUCE_ROWS_STEP = 32
-PREP_BYTES_MAX = 8 << 20
-"""Preparation properties use the real rank-local tensors when the packed weight fits in this."""
 SCALE_BYTES = (118, 136)
 """UE8M0 weight-scale bytes drawn in ``[118, 136)``: 2^-9 .. 2^8, finite, never 0 or 0xFF."""
 
@@ -163,13 +163,6 @@ class Mxfp4LinearShape(Config):
     @property
     def real_k(self) -> int:
         return MXFP4_BLOCK * self.scale_shape[1]
-
-    def prep_shape(self) -> tuple[int, int]:
-        """``(N, K)`` for preparation-only properties: the real rank-local size when its packed
-        weight fits :data:`PREP_BYTES_MAX`, else the reduced ``(n, k)`` (same guard answer)."""
-        if self.real_n * self.real_k // 2 <= PREP_BYTES_MAX:
-            return self.real_n, self.real_k
-        return self.n, self.k
 
     def describe(self) -> str:
         return (

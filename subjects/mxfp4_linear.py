@@ -25,6 +25,16 @@ functions adapt directly:
 Weights are packed uint8 ``[N, K/2]``; scales are uint8 UE8M0 bytes ``[N, K/32]``. A policy may
 raise; the properties report any exception from a preparation as a failure.
 
+What a guard may read: ``use_asm_gemm`` gets the layer's real rank-local scale shape ``(N, K/32)``,
+and ``process_mxfp4_linear_weights`` real-shaped tensors, so a guard may route on N and K with any
+threshold, and on dtypes and devices; the tensor contents are test data (zero codes, scale 1.0), so
+not on values. The token count M is unknown at weight processing and not part of the contract: a
+kernel defect that depends on M is routed around per shape, and a shape a guard avoids for a
+reason other than the swizzle's layout needs a documented defect record
+(:data:`subjects.kernel_defects.AITER_LINEAR_DEFECTS`). ``prepare_asm_linear`` and
+``prepare_triton_linear`` are layouts, not guards: the numerical properties call them on reduced
+tensors (same N mod 32, K mod 256), so they must not route.
+
 Subjects shipped here: the built-in policy (vLLM after PRs #55213 and #58139) and known-bad ones.
 """
 
@@ -38,14 +48,10 @@ import torch
 
 from reference.formats import MxScaleRounding
 from reference.layouts import aiter_shuffle_weight, asm_scale_swizzle_ok, vllm_asm_scale_swizzle
+from subjects.kernel_defects import AITER_LINEAR_DEFECTS, covering
 from subjects.registry import Subject, register_contract, register_subject
 
 CONTRACT = "mxfp4_linear"
-
-ASM_FORCE_TRITON_SCALE_ROWS = frozenset({96})
-"""Scale row counts whose unpadded swizzle is valid but whose ASM ``gemm_a4w4`` result is wrong at
-``M <= 64`` (Qwen3.8 GDN ``in_proj_ba`` at TP1, scale (96, 160); AITER #5931): vLLM PR #58139 routes
-them to Triton, and vLLM's guard unit test pins ``(96, 160) -> False``."""
 
 
 class AiterLinearPath(enum.Enum):
@@ -95,12 +101,13 @@ class Mxfp4LinearKernelSelection(Protocol):
 
 
 def asm_gemm_eligible(scale_shape: tuple[int, ...]) -> bool:
-    """2-D, the unpadded swizzle is valid (``rows % 32``, ``cols % 8``, ``rows >= 32``) and the
-    row count is not one the ASM kernel is known to get wrong (:data:`ASM_FORCE_TRITON_SCALE_ROWS`)."""
+    """2-D, the unpadded swizzle is valid (``rows % 32``, ``cols % 8``, ``rows >= 32``) and no documented
+    ASM defect that must be avoided covers the shape (:data:`~subjects.kernel_defects.AITER_LINEAR_DEFECTS`:
+    the 96-row rule of vLLM PR #58139)."""
     if len(scale_shape) != 2:
         return False
-    rows, cols = scale_shape
-    return asm_scale_swizzle_ok(rows, cols) and rows not in ASM_FORCE_TRITON_SCALE_ROWS
+    required = [d for d in covering(AITER_LINEAR_DEFECTS, AiterLinearPath.ASM.value, scale_shape) if d.required]
+    return asm_scale_swizzle_ok(*scale_shape) and not required
 
 
 ACTIVATION_ROUNDING = {AiterLinearPath.ASM: MxScaleRounding.RCEIL, AiterLinearPath.TRITON: MxScaleRounding.EVEN}

@@ -40,9 +40,10 @@ import torch
 from reference.formats import MxScaleRounding
 from reference.layouts import aiter_shuffle_weight, swap_halves, unswizzle_128x4
 from reference.sizes import round_up
+from subjects.kernel_defects import AITER_LINEAR_DEFECTS, covering
 from subjects.moe import AlignedMoe, MoeWeights, UnsupportedConfig
-from subjects.mxfp4_linear import ASM_FORCE_TRITON_SCALE_ROWS, AiterLinearPath, PreparedMxfp4Linear
 from subjects.mxfp4_linear import CONTRACT as MXFP4_LINEAR
+from subjects.mxfp4_linear import AiterLinearPath, PreparedMxfp4Linear
 from subjects.mxfp4_moe import CONTRACT as MXFP4_MOE
 from subjects.mxfp4_moe import BuiltinMxfp4MoeAlignment, Mxfp4MoeBackend
 from subjects.nvfp4_moe import CONTRACT as NVFP4_MOE
@@ -504,9 +505,11 @@ class VllmMxfp4MoeAlignment(BuiltinMxfp4MoeAlignment):
 
 
 def _asm_force_triton_rows(case: Any) -> bool:
-    """A 2-D scale (``ScaleShapeCase``) the layout guard accepts whose row count ASM gets wrong (96 rows)."""
+    """A 2-D scale (``ScaleShapeCase``) the layout guard accepts that a required ASM defect record covers
+    (the 96-row rule of vLLM PR #58139)."""
     shape = tuple(case.shape)
-    return len(shape) == 2 and shape[0] in ASM_FORCE_TRITON_SCALE_ROWS and shape[1] % 8 == 0
+    defects = covering(AITER_LINEAR_DEFECTS, AiterLinearPath.ASM.value, shape)
+    return len(shape) == 2 and shape[1] % 8 == 0 and any(d.required for d in defects)
 
 
 def _aiter_w4a4_inter_not_256(config: Any) -> bool:

@@ -15,6 +15,7 @@ import torch
 
 from adapters import flashinfer as fi
 from subjects.moe import AlignedMoe, MoeAlignment, MoeWeights
+from subjects.mxfp4_linear import BuiltinMxfp4Linear, PreparedMxfp4Linear
 from subjects.nvfp4_moe import BuiltinNvfp4MoeAlignment, MoeBackend
 
 # --- inputs unchanged ------------------------------------------------------------------------------
@@ -103,3 +104,29 @@ class PadFill:
         w = aligned.weights
         new = {n: torch.where(getattr(marker, n) == 0, v, getattr(w, n)).to(torch.uint8) for n, v in fills.items()}
         return dataclasses.replace(aligned, weights=dataclasses.replace(w, **new))
+
+
+# --- linear guards: the real layer shape, documented defects -----------------------------------------
+
+
+class LargeLayerShortcut(BuiltinMxfp4Linear):
+    """Weight processing trusts layers with ``N >= 4096`` to be ASM-aligned and skips its own guard:
+    the unpadded swizzle raises on such a layer whose ``K % 256 != 0``. Only a property that hands
+    the processing the real layer shape can see it."""
+
+    def process_mxfp4_linear_weights(
+        self, weight: torch.Tensor, scale: torch.Tensor, asm_enabled: bool
+    ) -> PreparedMxfp4Linear:
+        if asm_enabled and scale.shape[0] >= 4096:
+            return self.prepare_asm_linear(weight, scale)
+        return super().process_mxfp4_linear_weights(weight, scale, asm_enabled)
+
+
+class AvoidsRows(BuiltinMxfp4Linear):
+    """The built-in guard, plus a fallback to Triton for scales of ``rows`` rows."""
+
+    def __init__(self, rows: int) -> None:
+        self.rows = rows
+
+    def use_asm_gemm(self, scale_shape: tuple[int, ...]) -> bool:
+        return super().use_asm_gemm(scale_shape) and scale_shape[0] != self.rows
