@@ -149,7 +149,8 @@ def pytest_runtest_setup(item: pytest.Item) -> None:
 def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo):
     outcome = yield
     report = outcome.get_result()
-    failure = repro.LAST_FAILURE.pop(item.nodeid, None)
+    last = repro.LAST_FAILURE.pop(item.nodeid, None)
+    failure = repro.reported_reproduction(call.excinfo.value if call.excinfo else None) or last
     if report.when == "call" and report.failed and failure is not None:
         script = repro.write_script(item.config.fp4_results, item.nodeid, failure)
         report.sections.append(("fp4 reproduction", f"{failure.command()}\nscript: {script}"))
