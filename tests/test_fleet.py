@@ -65,8 +65,7 @@ def _collected(result: subprocess.CompletedProcess[str]) -> list[str]:
 def test_shards_of_the_real_suite_cover_it_once(tmp_path: Path) -> None:
     full = _collected(run_host(tmp_path / "all", "conformance", "--collect-only"))
     parts = [
-        _collected(run_host(tmp_path / f"s{i}", "conformance", "--collect-only", "--shard", f"{i}/3"))
-        for i in range(3)
+        _collected(run_host(tmp_path / f"s{i}", "conformance", "--collect-only", "--shard", f"{i}/3")) for i in range(3)
     ]
     assert full and sorted(p for part in parts for p in part) == sorted(full)
     sizes = [len(p) for p in parts]
