@@ -37,6 +37,7 @@ CHECK_MODULES = (
     "conformance.test_mxfp4_moe",
     "conformance.test_mxfp4_linear",
     "conformance.test_shared_expert",
+    "conformance.test_moe_sharding",
 )
 
 

@@ -25,6 +25,7 @@ _CONTRACT_MODULES = (
     "subjects.mxfp4_linear",
     "subjects.shared_expert",
     "subjects.mxfp4_moe",
+    "subjects.moe_sharding",
     "subjects.vllm",
 )
 
