@@ -19,7 +19,7 @@ from hypothesis import strategies as st
 
 from reference.moe import Activation
 from reference.sizes import whole_block_split
-from strategies.catalog import GEGLU, GPT_OSS, MODELS, RELU2, SWIGLU, TP_DEGREES, ModelShape
+from strategies.catalog import GEGLU, GPT_OSS, MODELS, RELU2, SWIGLU, TP_DEGREES, Loader, ModelShape
 from strategies.config import Config
 from strategies.pins import current_pin
 
@@ -109,7 +109,7 @@ def moe_shapes(draw: st.DrawFn, group: int = 16, activations: tuple[Activation, 
     else:
         m, tp, ep = draw(_catalog_layer(group))
         activation = m.activation if m.activation in activations else draw(st.sampled_from(activations))
-    _, per_rank = rank_local(m.moe_intermediate, tp, ep, group, whole_block=m.name.startswith("gpt-oss"))
+    _, per_rank = rank_local(m.moe_intermediate, tp, ep, group, whole_block=m.loader is Loader.WHOLE_BLOCK)
     rank = draw(st.sampled_from([r for r, n in enumerate(per_rank) if n > 0]))
     experts = draw(st.integers(1, 4))
     return layer_shape(
@@ -139,7 +139,7 @@ def layer_shape(
     seed: int,
 ) -> MoeShape:
     """Rank ``rank``'s :class:`MoeShape` of model ``m``, sizes reduced (see module docstring)."""
-    sharding, per_rank = rank_local(m.moe_intermediate, tp, ep, group, whole_block=m.name.startswith("gpt-oss"))
+    sharding, per_rank = rank_local(m.moe_intermediate, tp, ep, group, whole_block=m.loader is Loader.WHOLE_BLOCK)
     buffer, real = per_rank[0], per_rank[rank]
     reduced = reduce_size(buffer)
     return MoeShape(
