@@ -4,7 +4,7 @@ CPU (pure torch, FlashInfer's own functions): the trtllm-gen row-index helpers
 (``get_w2_permute_indices_with_cache``, which vLLM applies to *every* MXFP4 tensor, scales with
 ``num_elts_per_sf=16``), the SM90 mixed-GEMM scale fold and ``pad_trtllm_moe_weights``.
 GPU (SM100): ``trtllm_fp4_block_scale_routed_moe`` with MXFP4 weights and BF16 or MXFP8
-activations. Shapes follow :mod:`subjects.moe`: ``I``/``H`` are padded sizes, scales ``[rows, K/32]``.
+activations. Shapes follow :mod:`contracts.moe`: ``I``/``H`` are padded sizes, scales ``[rows, K/32]``.
 """
 
 from __future__ import annotations

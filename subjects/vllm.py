@@ -498,7 +498,7 @@ class VllmMxfp4MoeAlignment(BuiltinMxfp4MoeAlignment):
     (:func:`_rocm_platform`), called without ``activation`` as Quark's ``maybe_roundup_sizes`` does.
 
     Only the sizes are vLLM's: the zero padding per gate/up half and the FC1 row order are the built-in
-    policy's (``subjects.moe.pad_moe``, ``reference.padding``), since vLLM places weights in the padded
+    policy's (``contracts.moe.pad_moe``, ``reference.padding``), since vLLM places weights in the padded
     buffers through its weight loader, which needs a whole model.
     """
 

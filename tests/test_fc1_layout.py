@@ -1,5 +1,5 @@
 """Self-tests of the fused FC1 row layouts (``reference.layouts.Fc1Layout``, ``layouts.md`` §13) and of
-their use in ``subjects.moe`` padding.
+their use in ``contracts.moe`` padding.
 
 Rows are labelled ``gate j -> 100 + j``, ``up j -> 200 + j`` so every layout can be read off.
 Cross-checks: vLLM's ``swap_every_two_rows`` (``x.reshape(..., n/2, 2).flip``), its CUTLASS
