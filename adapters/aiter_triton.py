@@ -22,9 +22,10 @@ On CUDA (:func:`require_cuda`) these facts of AITER's wrappers are bridged, noth
   gfx950 and gfx1250 only), and ``arch_info.get_arch()`` names the GPU as a string (``"sm90"``):
   Triton reports an int on CUDA, and AITER's ``get_arch() in ("gfx950")`` tests, run when
   ``aiter.ops.triton.utils.types`` is imported, need a string;
-* every kernel gets an explicit tile config (:func:`gemm_config`, :data:`MOE_CONFIG`): AITER
-  ships MI350X-tuned configs only, and those carry AMD launch options (``waves_per_eu``,
-  ``matrix_instr_nonkdim``, ``kpack``) that Triton's CUDA backend rejects;
+* AMD-only launch options (:data:`AMD_LAUNCH_OPTIONS`; ``dynamic_mxfp4_quant`` passes
+  ``waves_per_eu=0``) are dropped at launch, since Triton's CUDA backend rejects them, and every
+  GEMM gets an explicit tile config (:func:`gemm_config`, :data:`MOE_CONFIG`): AITER ships
+  MI350X-tuned configs only;
 * ``gemm_afp4wfp4`` gets its scales in buffers whose columns past ``K/32`` hold ``oob_scale_fill``
   (:func:`gemm_afp4wfp4`): amd-aiter 0.1.7 loads the scales of a partial last K tile unmasked
   (AITER issue #2656, fixed by PR #2671 on 2026-04-10, which masks them to 127), so without the
@@ -43,6 +44,7 @@ import importlib.metadata
 import importlib.util
 import sys
 import types
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from types import ModuleType
@@ -194,6 +196,41 @@ def require_cuda() -> None:
         arch_info.is_fp4_avail, arch_info.get_arch = is_fp4_avail, get_arch
 
 
+AMD_LAUNCH_OPTIONS = frozenset({"waves_per_eu", "matrix_instr_nonkdim", "kpack"})
+"""Launch options of AMD's Triton backend that the CUDA backend refuses ("Keyword argument ... unrecognised")."""
+
+
+class _CudaLaunch:
+    """A Triton kernel of AITER's whose launches drop :data:`AMD_LAUNCH_OPTIONS` (otherwise unchanged)."""
+
+    def __init__(self, kernel: object) -> None:
+        self.kernel = kernel
+
+    def __getitem__(self, grid: object):
+        launch = self.kernel[grid]
+
+        def run(*args: object, **kwargs: object) -> object:
+            return launch(*args, **{k: v for k, v in kwargs.items() if k not in AMD_LAUNCH_OPTIONS})
+
+        return run
+
+    def __getattr__(self, name: str) -> object:
+        return getattr(self.kernel, name)
+
+
+@functools.cache
+def cuda_module(candidates: tuple[str, ...]) -> ModuleType:
+    """:func:`aiter_module` after :func:`require_cuda`, its Triton kernels launched through :class:`_CudaLaunch`."""
+    require_cuda()
+    from triton.runtime.jit import KernelInterface
+
+    module = aiter_module(candidates)
+    for name, value in vars(module).copy().items():
+        if isinstance(value, KernelInterface):
+            setattr(module, name, _CudaLaunch(value))
+    return module
+
+
 @dataclass(frozen=True)
 class Mxfp4Device:
     """An MXFP4 tensor on the GPU: packed E2M1 bytes ``[M, K/2]`` and UE8M0 bytes ``[M, K/32]`` (any strides)."""
@@ -208,7 +245,7 @@ def dynamic_mxfp4_quant(x: torch.Tensor) -> Mxfp4Device:
     The scales come back as AITER allocates them: a ``(K/32, M)`` buffer viewed ``.T``.
     """
     require_cuda()
-    x_q, x_s = aiter_module(QUANT).dynamic_mxfp4_quant(x)
+    x_q, x_s = cuda_module(QUANT).dynamic_mxfp4_quant(x)
     return Mxfp4Device(x_q.view(torch.uint8), x_s.view(torch.uint8))
 
 
@@ -264,7 +301,7 @@ def gemm_afp4wfp4(
     xs = _scale_rows(act.scales.T, oob_scale_fill)
     m = act.packed.shape[0]
     y = torch.empty(m, w.shape[0], dtype=torch.bfloat16, device=device)
-    return aiter_module(GEMM).gemm_afp4wfp4(act.packed, w, xs.T, s.T, torch.bfloat16, y, config=gemm_config(m))
+    return cuda_module(GEMM).gemm_afp4wfp4(act.packed, w, xs.T, s.T, torch.bfloat16, y, config=gemm_config(m))
 
 
 MOE_CONFIG = {"BLOCK_SIZE_M": 16, "BLOCK_SIZE_N": 64, "BLOCK_SIZE_K": 128, "GROUP_SIZE_M": 1, "num_warps": 4}
@@ -290,7 +327,7 @@ def moe_align_block_size(topk_ids: torch.Tensor, experts: int, block: int) -> So
     sorted_ids = torch.full((slots,), numel, dtype=torch.int32, device=topk_ids.device)
     expert_ids = torch.empty((-(-slots // block),), dtype=torch.int32, device=topk_ids.device)
     post = torch.empty((1,), dtype=torch.int32, device=topk_ids.device)
-    aiter_module(MOE_ALIGN).moe_align_block_size_triton(topk_ids, experts, block, sorted_ids, expert_ids, post)
+    cuda_module(MOE_ALIGN).moe_align_block_size_triton(topk_ids, experts, block, sorted_ids, expert_ids, post)
     return SortedTokens(sorted_ids, expert_ids, post)
 
 
@@ -314,7 +351,7 @@ def fused_moe_mxfp4(
     out = torch.zeros(act.packed.shape[0], top_k, n, dtype=torch.bfloat16, device=device)
     ones_a = torch.ones(1, dtype=torch.float32, device=device)
     ones_b = torch.ones(e, dtype=torch.float32, device=device)
-    aiter_module(MOE).fused_moe_mxfp4(
+    cuda_module(MOE).fused_moe_mxfp4(
         act.packed,
         weight.to(device).contiguous(),
         out,
@@ -368,25 +405,28 @@ def mxfp4_moe(
     x: torch.Tensor,
     topk_weights: torch.Tensor,
     topk_ids: torch.Tensor,
+    quantize: Callable[[torch.Tensor], Mxfp4Device] | None = None,
 ) -> TritonMoeRun:
     """A SiLU-gated MXFP4 MoE composed from AITER's Triton kernels the way vLLM's ``fused_experts``
-    composes its Triton MoE kernel: ``dynamic_mxfp4_quant(x)``; ``moe_align_block_size_triton``;
+    composes its Triton MoE kernel: quantize ``x``; ``moe_align_block_size_triton``;
     ``fused_moe_mxfp4`` FC1 (``[gate; up]`` rows ``[E, 2·Ip, Hp/2]``); SiLU(first half) · second half in
-    fp32, rounded to bf16; ``dynamic_mxfp4_quant``; ``fused_moe_mxfp4`` FC2 (``[E, Hp, Ip/2]``,
-    ``top_k = 1``, times the routing weight); sum over the top-k slots in fp32.
+    fp32, rounded to bf16; quantize; ``fused_moe_mxfp4`` FC2 (``[E, Hp, Ip/2]``, ``top_k = 1``, times
+    the routing weight); sum over the top-k slots in fp32. ``quantize`` is AITER's
+    ``dynamic_mxfp4_quant`` unless given (on CUDA its scale bytes are wrong for negative exponents).
 
     ``x [T, Hp]`` (zero-padded by the caller, on the GPU), ``topk_weights`` / ``topk_ids`` ``[T, k]``.
     """
+    quantize = quantize or dynamic_mxfp4_quant
     require_cuda()
     dev = x.device
     t, k = topk_ids.shape
     ids = topk_ids.to(dev, torch.int32).contiguous()
     sorted_tokens = moe_align_block_size(ids, w13.shape[0], MOE_CONFIG["BLOCK_SIZE_M"])
-    xq = dynamic_mxfp4_quant(x.to(dev, torch.bfloat16).contiguous())
+    xq = quantize(x.to(dev, torch.bfloat16).contiguous())
     fc1 = fused_moe_mxfp4(xq, w13, w13_scale, topk_weights, ids, sorted_tokens, k, False).view(t * k, -1)
     gate, up = fc1.float().chunk(2, dim=-1)
     act = (torch.nn.functional.silu(gate) * up).to(torch.bfloat16)
-    aq = dynamic_mxfp4_quant(act)
+    aq = quantize(act)
     fc2 = fused_moe_mxfp4(aq, w2, w2_scale, topk_weights, ids, sorted_tokens, 1, True).view(t * k, -1)
     out = fc2.float().view(t, k, -1).sum(1)
 

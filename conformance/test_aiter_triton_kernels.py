@@ -6,11 +6,14 @@ gfx950 kernels (ASM ``gemm_a4w4``, CK ``fused_moe``) stay in ``test_mxfp4_linear
 ``test_mxfp4_moe``, gated on gfx950.
 
 * ``dynamic_mxfp4_quant``: codes and scales equal the reference quantizer in the rounding the
-  policy models for the Triton path, except exactly at the E2M1 midpoints whose lower neighbour
-  is even, which AITER rounds away from zero (:func:`expected_aiter_codes`).
+  policy models for the Triton path, except for two exactly described differences: the E2M1
+  midpoints whose lower neighbour is even, which AITER rounds away from zero, and, on CUDA, the
+  scale byte of every block with a negative exponent, which reads 127
+  (:func:`expected_aiter_quantization`). Because of the latter, the GEMM and MoE properties feed
+  AITER's kernels activations quantized by the reference (:func:`reference_activation`).
 * ``mxfp4_linear`` fallback: each drawn layer goes through the policy's weight processing; what
   it routes to Triton (and, with the ASM switch off, every layer) runs ``gemm_afp4wfp4`` on the
-  prepared tensors, compared per element with the exact product (:func:`gemm_tolerance`).
+  prepared tensors, compared per element with the reference GEMM (:func:`gemm_tolerance`).
 * ``mxfp4_moe``: a SiLU-gated MoE through ``moe_align_block_size_triton`` and ``fused_moe_mxfp4``
   (:func:`adapters.aiter_triton.mxfp4_moe`) on the policy's padded weights equals, bit for bit,
   the same kernels on the rank's real channels; each stage meets the per-element GEMM bound on
@@ -109,56 +112,73 @@ TIES_AWAY = torch.tensor([0.25, 1.25, 2.5, 5.0])
 rounds up. At the other midpoints (0.75, 1.75, 3.5) both round up."""
 
 
-def expected_aiter_codes(x: torch.Tensor, rounding: MxScaleRounding) -> tuple[Quantized, torch.Tensor]:
-    """The reference quantization of ``x [M, K]`` in ``rounding``, and the E2M1 codes AITER's
-    ``_mxfp4_quant_op`` writes: the reference's nearest-even codes, one magnitude step up at
-    :data:`TIES_AWAY` (``(((e << 2) | (m >> 21)) + 1) >> 1`` rounds half away from zero)."""
+def aiter_scale_bytes_on_cuda(e: torch.Tensor) -> torch.Tensor:
+    """The scale byte AITER's ``_mxfp4_quant_op`` writes on an NVIDIA GPU for unbiased exponent ``e``.
+
+    It computes ``scale_e8m0_unbiased.to(tl.uint8) + 127`` from a float exponent in [-127, 127]:
+    the float -> uint8 conversion of a negative value wraps on AMD (-1 -> 255, + 127 = 126 mod 256,
+    the right byte) but saturates to 0 in NVIDIA's ``cvt`` (-1 -> 0, + 127 = 127). So on CUDA every
+    block whose exponent is negative (amax below 4, all-zero blocks included) gets byte 127, 2^0,
+    while its codes are still scaled by the true ``2^-e``: the dequantized block is off by ``2^-e``.
+    Present in amd-aiter 0.1.7.post2.dev18 and ROCm/aiter main (``aiter/ops/triton/_triton_kernels/
+    quant/quant.py``); measured on the H200 (2026-12-01, torch 2.11, Triton 3.6).
+    """
+    return (e.clamp_min(0) + 127).to(torch.uint8)
+
+
+def expected_aiter_quantization(x: torch.Tensor, rounding: MxScaleRounding) -> tuple[Quantized, torch.Tensor]:
+    """What AITER's Triton quantizer writes for ``x [M, K]`` on CUDA if its scales follow ``rounding``:
+    ``(Quantized(reference codes, bytes of aiter_scale_bytes_on_cuda), codes)`` where ``codes`` are the
+    reference's nearest-even E2M1 codes one magnitude step up at :data:`TIES_AWAY`
+    (``(((e << 2) | (m >> 21)) + 1) >> 1`` rounds half away from zero)."""
     q = mxfp4_quantize(x, rounding)
     blocks = x.float().reshape(x.shape[0], -1, MXFP4_BLOCK)
     e = mx_scale_exponent(blocks.abs().amax(-1), rounding)
     scaled = (blocks / torch.ldexp(torch.ones_like(e, dtype=torch.float32), e)[..., None]).abs()
     tie = torch.isin(scaled, TIES_AWAY).reshape(x.shape)
-    return q, torch.where(tie, unpack_fp4(q.packed) + 1, unpack_fp4(q.packed))
-
-
-def assert_aiter_quantization(
-    x: torch.Tensor, packed: torch.Tensor, scales: torch.Tensor, rounding: MxScaleRounding, what: str
-) -> int:
-    """AITER's codes and scales of bf16 ``x`` match :func:`expected_aiter_codes`; returns the tie count."""
-    want, codes = expected_aiter_codes(x.float(), rounding)
-    differ = scales != want.scales
-    assert not differ.any(), (
-        f"{what}: {int(differ.sum())} of {differ.numel()} block scales differ from {rounding.value} rounding, "
-        f"first at (row, block) {tuple(int(i) for i in differ.nonzero()[0])}: AITER "
-        f"{int(scales[differ][0])}, {rounding.value} {int(want.scales[differ][0])}"
-    )
-    got = unpack_fp4(packed)
-    bad = got != codes
-    assert not bad.any(), (
-        f"{what}: {int(bad.sum())} E2M1 codes differ from nearest-even with AITER's ties-away midpoints, "
-        f"first at {tuple(int(i) for i in bad.nonzero()[0])}: AITER {int(got[bad][0])}, expected {int(codes[bad][0])}"
-    )
-    return int((codes != unpack_fp4(want.packed)).sum())
+    codes = torch.where(tie, unpack_fp4(q.packed) + 1, unpack_fp4(q.packed))
+    return Quantized(q.packed, aiter_scale_bytes_on_cuda(e)), codes
 
 
 @check(LINEAR, ActivationTiles)
 def check_dynamic_mxfp4_quant(
     case: ActivationTiles, backend: AiterLinearPath, policy: Mxfp4LinearKernelSelection
 ) -> None:
-    """AITER's ``dynamic_mxfp4_quant`` on an NVIDIA GPU gives the reference's scales in the rounding the
-    policy models for the Triton path (AITER: "even", hard-coded in ``_mxfp4_quant_op``) byte for
-    byte, and the reference's nearest-even E2M1 codes except at the ties AITER rounds away."""
+    """AITER's ``dynamic_mxfp4_quant`` on an NVIDIA GPU, against the reference quantizer in the rounding
+    the policy models for the Triton path (AITER: "even", hard-coded in ``_mxfp4_quant_op``): scale
+    bytes equal the reference's for non-negative exponents and 127 for negative ones
+    (:func:`aiter_scale_bytes_on_cuda`), codes equal the reference's nearest-even codes except at the
+    ties AITER rounds away (:data:`TIES_AWAY`). Nothing else may differ."""
     at.require_cuda()
     x = activation_tile(case)
     q = at.dynamic_mxfp4_quant(x.to(KERNEL_DEVICE))
-    ties = assert_aiter_quantization(
-        x,
-        q.packed.cpu(),
-        q.scales.contiguous().cpu(),
-        policy.linear_activation_rounding(backend),
-        "dynamic_mxfp4_quant",
+    rounding = policy.linear_activation_rounding(backend)
+    want, codes = expected_aiter_quantization(x.float(), rounding)
+    scales = q.scales.contiguous().cpu()
+    differ = scales != want.scales
+    assert not differ.any(), (
+        f"dynamic_mxfp4_quant: {int(differ.sum())} of {differ.numel()} block scales differ from {rounding.value} "
+        f"rounding (bytes of negative exponents read 127 on CUDA), first at (row, block) "
+        f"{tuple(int(i) for i in differ.nonzero()[0])}: AITER {int(scales[differ][0])}, expected {int(want.scales[differ][0])}"
     )
-    record_event(f"{'some' if ties else 'no'} ties rounded away")
+    got = unpack_fp4(q.packed.cpu())
+    bad = got != codes
+    assert not bad.any(), (
+        f"dynamic_mxfp4_quant: {int(bad.sum())} E2M1 codes differ from nearest-even with AITER's ties-away "
+        f"midpoints, first at {tuple(int(i) for i in bad.nonzero()[0])}: AITER {int(got[bad][0])}, "
+        f"expected {int(codes[bad][0])}"
+    )
+    ties = int((codes != unpack_fp4(want.packed)).sum())
+    saturated = int((want.scales == 127).sum())
+    record_event(f"{'some' if ties else 'no'} ties rounded away; {'some' if saturated else 'no'} scale bytes at 127")
+
+
+def reference_activation(x: torch.Tensor) -> at.Mxfp4Device:
+    """The MXFP4 activation the GEMM and MoE properties feed AITER's kernels on CUDA: the reference
+    quantizer with "even" scales (AITER's Triton mode) on the GPU. AITER's own ``dynamic_mxfp4_quant``
+    writes wrong scale bytes there (:func:`aiter_scale_bytes_on_cuda`), which its own property pins."""
+    q = mxfp4_quantize(x.float().cpu(), MxScaleRounding.EVEN)
+    return at.Mxfp4Device(q.packed.to(KERNEL_DEVICE), q.scales.to(KERNEL_DEVICE))
 
 
 @pytest.mark.aiter_triton
@@ -181,8 +201,8 @@ def check_triton_fallback_gemm(
 ) -> None:
     """The policy's weight processing (ASM switch on; for layers it keeps on ASM, a gfx950-only kernel,
     also with the switch off as ``VLLM_ROCM_USE_AITER_FP4_ASM_GEMM=0`` runs them) yields a Triton layer
-    whose ``gemm_afp4wfp4`` output, on activations from AITER's ``dynamic_mxfp4_quant``, is within
-    :func:`gemm_tolerance` of the exact product of the dequantized activation and original weight."""
+    whose ``gemm_afp4wfp4`` output is within :func:`gemm_tolerance` of the reference GEMM: the exact
+    product of the "even"-quantized activation (:func:`reference_activation`) and the original weight."""
     at.require_cuda()
     real = shape.real_n * shape.real_k <= KERNEL_ELEMENTS_MAX
     n, k = (shape.real_n, shape.real_k) if real else (shape.n, shape.k)
@@ -204,10 +224,8 @@ def check_triton_fallback_gemm(
         f"Triton layer: weight {tuple(prepared.weight.shape)}, scale {tuple(prepared.scale.shape)}; "
         f"gemm_afp4wfp4 reads [{n}, {k // 2}] and a stored ({k // MXFP4_BLOCK}, {n}) scale"
     )
-    x = case.x.to(torch.bfloat16)
-    act = at.dynamic_mxfp4_quant(x.to(KERNEL_DEVICE))
-    packed, scales = act.packed.cpu(), act.scales.contiguous().cpu()
-    assert_aiter_quantization(x, packed, scales, policy.linear_activation_rounding(TRITON), "dynamic_mxfp4_quant")
+    act = reference_activation(case.x.to(torch.bfloat16))
+    packed, scales = act.packed.cpu(), act.scales.cpu()
     y = at.gemm_afp4wfp4(act, prepared.weight, prepared.scale).cpu()
     a = mxfp4_dequantize(Quantized(packed, scales)).double()
     b = mxfp4_dequantize(Quantized(case.weight, case.scale)).double()
@@ -240,7 +258,7 @@ output by FC2. 0.1 is ~2.5x that; a gate/up mispairing or a misplaced scale bloc
 def run_moe(w: MoeWeights, x: torch.Tensor, routing: torch.Tensor, ids: torch.Tensor) -> at.TritonMoeRun:
     """AITER's Triton MoE on ``w`` (FC1 ``[gate; up]``) with ``x`` zero-padded to its hidden size."""
     xp = pad_dim(x, -1, w.hidden_size).to(KERNEL_DEVICE, torch.bfloat16)
-    return at.mxfp4_moe(w.w13, w.w13_scale, w.w2, w.w2_scale, xp, routing, ids)
+    return at.mxfp4_moe(w.w13, w.w13_scale, w.w2, w.w2_scale, xp, routing, ids, reference_activation)
 
 
 def assert_moe_stages(run: at.TritonMoeRun, w: MoeWeights, x: torch.Tensor, routing, ids) -> float:
@@ -248,14 +266,11 @@ def assert_moe_stages(run: at.TritonMoeRun, w: MoeWeights, x: torch.Tensor, rout
     reads token ``t`` and expert ``ids[t, j]``); returns the worst ``|err| / tol``."""
     k = ids.shape[1]
     slots = ids.reshape(-1)
-    xp = pad_dim(x, -1, w.hidden_size).to(torch.bfloat16)
-    assert_aiter_quantization(xp, *run.x_q, MxScaleRounding.EVEN, "FC1 input dynamic_mxfp4_quant")
     xa = mxfp4_dequantize(Quantized(*run.x_q)).double().repeat_interleave(k, 0)
     w1 = mxfp4_dequantize(Quantized(w.w13, w.w13_scale)).double()[slots]
     exact1 = torch.einsum("sh,snh->sn", xa, w1)
     mag1 = torch.einsum("sh,snh->sn", xa.abs(), w1.abs())
     worst = assert_within(run.fc1, exact1, gemm_tolerance(exact1, mag1, xa.shape[-1]), "fused_moe_mxfp4 FC1")
-    assert_aiter_quantization(run.act, *run.act_q, MxScaleRounding.EVEN, "FC2 input dynamic_mxfp4_quant")
     aa = mxfp4_dequantize(Quantized(*run.act_q)).double()
     w2 = mxfp4_dequantize(Quantized(w.w2, w.w2_scale)).double()[slots]
     weight = routing.double().reshape(-1, 1)
