@@ -85,8 +85,9 @@ def gemm_tolerance(exact: torch.Tensor, magnitude: torch.Tensor, k: int, splits:
     return bf16_half_ulp(exact.abs() + accumulation) + accumulation
 
 
-def assert_within(got: torch.Tensor, exact: torch.Tensor, tol: torch.Tensor, what: str) -> float:
-    """Every element of ``got`` within ``tol`` of ``exact``; returns the worst ``|err| / tol``."""
+def assert_within(got: torch.Tensor, exact: torch.Tensor, tol: torch.Tensor, what: str, label: str) -> float:
+    """Every element of ``got`` within ``tol`` of ``exact``; returns the worst ``|err| / tol`` (a Hypothesis
+    target under ``label``)."""
     err = (got.double() - exact).abs()
     ratio = torch.where(tol > 0, err / tol.clamp_min(1e-300), torch.where(err > 0, torch.inf, 0.0)).nan_to_num(
         torch.inf
@@ -100,7 +101,7 @@ def assert_within(got: torch.Tensor, exact: torch.Tensor, tol: torch.Tensor, wha
             f"{int((~torch.isfinite(got)).sum())}; worst |err|/tol = {worst:.3g} at {at_}: kernel {got[at_].item():.6g}, "
             f"exact {exact[at_].item():.6g}, tol {tol[at_].item():.3g}"
         )
-    record_target(worst, f"{what} |err|/tol")
+    record_target(worst, f"{label} |err|/tol")
     return worst
 
 
@@ -231,7 +232,7 @@ def check_triton_fallback_gemm(
     b = mxfp4_dequantize(Quantized(case.weight, case.scale)).double()
     splits = int(at.gemm_config(shape.tokens)["NUM_KSPLIT"])
     tol = gemm_tolerance(a @ b.T, a.abs() @ b.abs().T, k, splits)
-    worst = assert_within(y, a @ b.T, tol, f"gemm_afp4wfp4 [{shape.tokens} x {n} x {k}]")
+    worst = assert_within(y, a @ b.T, tol, f"gemm_afp4wfp4 [{shape.tokens} x {n} x {k}]", "gemm_afp4wfp4")
     record_event(f"{'real' if real else 'reduced'} size, worst |err|/tol {'<= 0.5' if worst <= 0.5 else '> 0.5'}")
 
 
@@ -246,13 +247,15 @@ def test_triton_fallback_gemm(shape: Mxfp4LinearShape, backend: AiterLinearPath,
 
 # --- MXFP4 MoE: moe_align_block_size_triton + fused_moe_mxfp4 ---------------------------------------
 
-MOE_REL_L2 = 0.1
-"""End-to-end relative L2 error against the reference MoE fed the kernel's own quantized input. The
-reference keeps FC1 exact (fp64) where the kernel rounds it to bf16 (relative 2^-9), so SiLU(g)·u
-moves by about 2^-8 relative, and an element of the re-quantized intermediate lands on the other
-side of an E2M1 midpoint with probability ~ that move / the E2M1 step (1/3 to 1/2 of the value),
-costing one step: relative RMS ≈ sqrt(2^-8 · 0.4) ≈ 0.04 in the intermediate, carried into the
-output by FC2. 0.1 is ~2.5x that; a gate/up mispairing or a misplaced scale block gives ~1."""
+MOE_REL_L2 = 0.5
+"""End-to-end relative L2 error against the reference MoE of the real channels, fed the same
+quantized input: a coarse check of the composition (routing, slot order, gate/up halves, the
+weighted sum), which the stage checks and padding invariance already pin per element. It cannot
+be tight: the reference keeps FC1 exact where the kernel rounds it to bf16 (2^-9 relative), and
+where that moves SiLU(g)·u across an E2M1 midpoint or a block amax across a binade, the re-quantized
+intermediate moves by one E2M1 step or one scale binade. Over many tokens that averages to a few
+percent; for one token and top-1 a few such flips gave 0.175 on the H200. A gate/up mispairing, a
+wrong expert or a misplaced scale block gives 0.7 to 1.4."""
 
 
 def run_moe(w: MoeWeights, x: torch.Tensor, routing: torch.Tensor, ids: torch.Tensor) -> at.TritonMoeRun:
@@ -270,14 +273,14 @@ def assert_moe_stages(run: at.TritonMoeRun, w: MoeWeights, x: torch.Tensor, rout
     w1 = mxfp4_dequantize(Quantized(w.w13, w.w13_scale)).double()[slots]
     exact1 = torch.einsum("sh,snh->sn", xa, w1)
     mag1 = torch.einsum("sh,snh->sn", xa.abs(), w1.abs())
-    worst = assert_within(run.fc1, exact1, gemm_tolerance(exact1, mag1, xa.shape[-1]), "fused_moe_mxfp4 FC1")
+    worst = assert_within(run.fc1, exact1, gemm_tolerance(exact1, mag1, xa.shape[-1]), "fused_moe_mxfp4 FC1", "FC1")
     aa = mxfp4_dequantize(Quantized(*run.act_q)).double()
     w2 = mxfp4_dequantize(Quantized(w.w2, w.w2_scale)).double()[slots]
     weight = routing.double().reshape(-1, 1)
     exact2 = torch.einsum("si,shi->sh", aa, w2) * weight
     mag2 = torch.einsum("si,shi->sh", aa.abs(), w2.abs()) * weight
     tol2 = gemm_tolerance(exact2, mag2, aa.shape[-1]) + 2.0**-23 * exact2.abs()  # one fp32 multiply by the weight
-    return max(worst, assert_within(run.fc2, exact2, tol2, "fused_moe_mxfp4 FC2 (times the routing weight)"))
+    return max(worst, assert_within(run.fc2, exact2, tol2, "fused_moe_mxfp4 FC2 (times the routing weight)", "FC2"))
 
 
 def _mxfp4_even_round_trip(a: torch.Tensor) -> torch.Tensor:
