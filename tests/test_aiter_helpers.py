@@ -23,7 +23,7 @@ from hypothesis import example, given
 from hypothesis import strategies as st
 
 from adapters import aiter_triton as at
-from adapters.aiter import AiterUnavailable
+from adapters.aiter import AiterApiMismatch, AiterUnavailable, require_parameters
 from reference.formats import (
     E2M1_MAGNITUDES,
     Ue8m0Byte0,
@@ -108,3 +108,16 @@ MIDPOINTS = tuple((a + b) / 2 for a, b in itertools.pairwise(E2M1_MAGNITUDES))
 def test_f32_to_mxfp4(values: list[float]) -> None:
     x = torch.tensor([values], dtype=torch.float32)
     assert torch.equal(at.f32_to_mxfp4(x), pack_fp4(e2m1_encode(x)))
+
+
+def test_gfx950_api_mismatch_is_a_clear_failure() -> None:
+    """The gfx950 adapters call ROCm/aiter main's ``gemm_a4w4``; amd-aiter 0.1.7's signature (a
+    preallocated ``out``, no ``dtype``; ``aiter/ops/gemm_op_a4w4.py`` of the wheel) is refused by name."""
+
+    def gemm_a4w4_0_1_7(A, B, A_scale, B_scale, out, bias=None, alpha=1.0, beta=0.0, bpreshuffle=True): ...
+
+    def gemm_a4w4_main(A, B, A_scale, B_scale, bias=None, dtype=None, alpha=1.0, beta=0.0, bpreshuffle=True): ...
+
+    require_parameters(gemm_a4w4_main, "gemm_a4w4", ("dtype", "bpreshuffle"), ("out",))
+    with pytest.raises(AiterApiMismatch, match=r"lacks \['dtype'\] / has \['out'\]"):
+        require_parameters(gemm_a4w4_0_1_7, "gemm_a4w4", ("dtype", "bpreshuffle"), ("out",))
