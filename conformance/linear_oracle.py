@@ -3,8 +3,6 @@
 :func:`swizzle_error` asks the reference ASM scale swizzle whether it takes a scale shape;
 :func:`process` runs a policy's weight processing on a zero layer and turns any exception into a
 property failure. The shared-expert properties run the dense shared expert through both.
-:data:`REGRESSIONS` and :data:`GDN_SCALES` are the contract's pinned regressions (its self-tests
-check their scale shapes).
 """
 
 from __future__ import annotations
@@ -15,21 +13,6 @@ from contracts.mxfp4_linear import Mxfp4LinearKernelSelection, PreparedMxfp4Line
 from reference.errors import ShapeContractError
 from reference.formats import MXFP4_BLOCK
 from reference.layouts import vllm_asm_scale_swizzle
-from strategies.linear import Parallel, pinned_linear
-
-GDN_SCALES = ((48, 160), (24, 160), (12, 160))
-"""Qwen3.8 GDN ``in_proj_ba`` (out 96, K 5120) at TP 2 / 4 / 8: rows fail the 32 rule (vLLM PR #55213)."""
-
-REGRESSIONS = (
-    pinned_linear("qwen3.8-flash-next", "shared_expert.down_proj", 1),  # scale (2560, 20)
-    pinned_linear("qwen3.8-flash-next", "shared_expert.down_proj", 8, Parallel.REPLICATED),  # TP8+EP replicated
-    pinned_linear("qwen3.8-flash-next", "shared_expert.down_proj", 2),  # scale (2560, 10)
-    pinned_linear("qwen3.8-flash-next", "shared_expert.gate_up_proj", 2),  # scale (640, 80): ASM
-    pinned_linear("qwen3.8-flash-next", "linear_attn.in_proj_ba", 1, tokens=8),  # scale (96, 160)
-    pinned_linear("qwen3.8-flash-next", "linear_attn.in_proj_ba", 2),  # scale (48, 160)
-    pinned_linear("qwen3.8-flash-next", "linear_attn.in_proj_ba", 4),  # scale (24, 160)
-    pinned_linear("qwen3.8-flash-next", "linear_attn.in_proj_ba", 8, tokens=1),  # scale (12, 160)
-)
 
 
 def swizzle_error(scale_shape: tuple[int, ...]) -> str | None:

@@ -23,7 +23,8 @@ from hypothesis import example, given
 from adapters import aiter as aiter_kernels
 from backends import record
 from backends.mxfp4_linear import ASM_FORCE_TRITON_SCALE_ROWS, VLLM_GUARD_TABLE, AiterLinearPath, asm_gemm_eligible
-from conformance.linear_oracle import GDN_SCALES, REGRESSIONS, process, swizzle_error
+from conformance.linear_oracle import process, swizzle_error
+from conformance.regressions import GDN_SCALES, MXFP4_LINEAR_REGRESSIONS
 from contracts.mxfp4_linear import CONTRACT, Mxfp4LinearKernelSelection, PreparedMxfp4Linear
 from harness.repro import check, record_event, run_check
 from reference.formats import (
@@ -52,7 +53,7 @@ pytestmark = [pytest.mark.contract(CONTRACT)]
 ASM, TRITON = AiterLinearPath.ASM, AiterLinearPath.TRITON
 
 
-pinned = pinned_examples("shape", REGRESSIONS)
+pinned = pinned_examples("shape", MXFP4_LINEAR_REGRESSIONS)
 
 
 def pinned_scale_shapes(test):

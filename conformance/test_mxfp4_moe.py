@@ -13,9 +13,6 @@ Kernel runs (SM100 trtllm-gen, gfx950 AITER) are gated by markers.
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from dataclasses import dataclass, replace
-
 import pytest
 import torch
 from hypothesis import given
@@ -24,15 +21,16 @@ from adapters import flashinfer as fi
 from adapters import flashinfer_mxfp4 as fim
 from backends import record
 from backends.mxfp4_moe import CONTRACT, Mxfp4MoeBackend
+from conformance.layers import align_mxfp4, reference_output, silu_no_bias
 from conformance.moe_checks import (
-    align_checked,
     assert_bit_identical,
     assert_embedded,
     assert_idempotent,
     assert_minimal,
     assert_shapes,
 )
-from contracts.moe import AlignedMoe, MoeAlignment, MoeWeights, relayout_moe
+from conformance.regressions import MXFP4_MOE_REGRESSIONS
+from contracts.moe import MoeAlignment, relayout_moe
 from harness.repro import check, run_check
 from reference.errors import require
 from reference.formats import MXFP4_BLOCK, MxScaleRounding, Quantized, mxfp4_dequantize, mxfp4_quantize
@@ -43,7 +41,6 @@ from reference.layouts import (
     aiter_shuffle_weight,
     aiter_unshuffle_weight,
     inverse_permutation,
-    relayout_fc1,
     sm90_mixed_gemm_scale_deinterleave,
     sm90_mixed_gemm_scale_interleave,
     split_fc1,
@@ -51,93 +48,19 @@ from reference.layouts import (
     unswizzle_128x4,
     vllm_sm90_scale_interleave,
 )
-from reference.moe import GateUpOrder, moe_reference, route
+from reference.moe import route
 from reference.padding import pad_dim
 from strategies.catalog import SWIGLU
-from strategies.mxfp4_moe import Mxfp4MoeConfig, mxfp4_moe_configs, pinned_config
+from strategies.mxfp4_moe import Mxfp4MoeConfig, mxfp4_moe_configs
 from strategies.pins import pinned_examples
-from strategies.tensors import dequantize_moe, generator, moe_case, real_channels
 
 pytestmark = [pytest.mark.contract(CONTRACT)]
 
-REGRESSIONS = (
-    pinned_config("gpt-oss-120b", 4),  # I 736 per rank (models.md §4)
-    pinned_config("gpt-oss-120b", 4, rank=-1),  # last rank: 672 real channels of 736
-    pinned_config("gpt-oss-120b", 8),  # I 384: 512 at 256, 384 at 128
-    pinned_config("gpt-oss-120b", 8, rank=-1),  # last rank: 192 real channels of 384
-    pinned_config("deepseek-v4", 8),  # I 384: ROCm 512 ("inter 512/rank", AITER #3933)
-    pinned_config("deepseek-v4", 16),  # I 192: SGLang #26250 (SM90 flashinfer_mxfp4)
-    pinned_config("minimax-m2", 4),  # MiniMax-M2.1 TP4, I 384: vLLM #35637
-    pinned_config("minimax-m2", 8),  # MiniMax-M2.1 TP8, I 192: AITER PR #2642
-    pinned_config("deepseek-v4.1-flash", 8),  # I 288: vLLM PR #56697 (Marlin 320, not 384)
-    pinned_config("mellum2-12b-a2.5b", 2),  # I 448: EuroEval PR #2079 (trtllm-gen I % 128)
-)
 
-
-pinned = pinned_examples("config", REGRESSIONS)
+pinned = pinned_examples("config", MXFP4_MOE_REGRESSIONS)
 
 
 # --- the layer of a configuration -------------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class Mxfp4Case:
-    """``checkpoint``: the loader's shard in the checkpoint's FC1 form (the policy's input);
-    ``real``: the rank's real channels only, stacked ``[gate; up]`` (the unpadded layer)."""
-
-    checkpoint: MoeWeights
-    real: MoeWeights
-    x: torch.Tensor
-    logits: torch.Tensor
-
-
-def _biases(config: Mxfp4MoeConfig) -> dict[str, torch.Tensor]:
-    """fp32 ``w13_bias [E, 2I]`` (``[gate; up]``, zero past the real channels) and ``w2_bias [E, H]``."""
-    s = config.shape
-    g = generator(s.seed + 1)
-    b13 = torch.randn(s.experts, 2, s.intermediate, generator=g) / 2
-    b13[..., s.real_intermediate :] = 0
-    return {"w13_bias": b13.flatten(1), "w2_bias": torch.randn(s.experts, s.hidden, generator=g) / 2}
-
-
-def build_case(config: Mxfp4MoeConfig) -> Mxfp4Case:
-    """The layer of ``config`` from its seed (:func:`strategies.tensors.moe_case`, halves ``[gate; up]``)."""
-    case = moe_case(config.shape, MXFP4_BLOCK)
-    stacked = replace(case.weights, fc1_layout=Fc1Layout.GATE_UP, **(_biases(config) if config.bias else {}))
-    real, b13 = config.shape.real_intermediate, stacked.w13_bias
-    unpadded = replace(
-        real_channels(stacked, True, real),
-        fc1_layout=Fc1Layout.GATE_UP,
-        w13_bias=None if b13 is None else b13.unflatten(-1, (2, -1))[..., :real].flatten(1),
-        w2_bias=stacked.w2_bias,
-    )
-    return Mxfp4Case(relayout_moe(stacked, config.form.layout), unpadded, case.x, case.logits)
-
-
-def align(config: Mxfp4MoeConfig, backend: Mxfp4MoeBackend, policy: MoeAlignment) -> tuple[AlignedMoe, Mxfp4Case]:
-    case = build_case(config)
-    return align_checked(policy, backend, case.checkpoint, True, config.describe()), case
-
-
-def reference_output(
-    w: MoeWeights,
-    layout: Fc1Layout,
-    case: Mxfp4Case,
-    config: Mxfp4MoeConfig,
-    x: torch.Tensor | None = None,
-    requantize: Callable[[torch.Tensor], torch.Tensor] | None = None,
-) -> torch.Tensor:
-    """Reference MoE output ``[T, H]`` of MXFP4 experts whose FC1 rows are read in ``layout``."""
-    ones = torch.ones(w.w13.shape[0])
-    w13, w2 = dequantize_moe(w, ones, ones)
-    w13 = relayout_fc1(w13, layout, Fc1Layout.GATE_UP)
-    b13 = None if w.w13_bias is None else relayout_fc1(w.w13_bias, layout, Fc1Layout.GATE_UP, dim=-1)
-    weights, ids = route(case.logits, config.shape.top_k)
-    xp = pad_dim(case.x if x is None else x, -1, w13.shape[-1])
-    out = moe_reference(
-        xp, w13, w2, weights, ids, config.shape.activation, GateUpOrder.GATE_UP, b13, w.w2_bias, requantize
-    )
-    return out[:, : config.shape.hidden]
 
 
 # --- properties for every backend ---------------------------------------------------------------
@@ -146,7 +69,7 @@ def reference_output(
 @check(CONTRACT, Mxfp4MoeConfig)
 def check_backend_accepts(config: Mxfp4MoeConfig, backend: Mxfp4MoeBackend, policy: MoeAlignment) -> None:
     """The padded sizes pass the backend library's own helpers and documented rules."""
-    aligned, _ = align(config, backend, policy)
+    aligned, _ = align_mxfp4(config, backend, policy)
     ip, hp = aligned.intermediate_size, aligned.hidden_size
     problems = record(backend).violations(ip, hp, config.shape.experts)
     assert not problems, f"{backend.value} rejects Ip={ip}, Hp={hp}: " + "; ".join(problems)
@@ -156,7 +79,7 @@ def check_backend_accepts(config: Mxfp4MoeConfig, backend: Mxfp4MoeBackend, poli
 def check_padding_invariance(config: Mxfp4MoeConfig, backend: Mxfp4MoeBackend, policy: MoeAlignment) -> None:
     """The reference output of the padded weights, FC1 rows read as the backend's kernel reads them,
     equals the output of the rank's real channels bit for bit."""
-    aligned, case = align(config, backend, policy)
+    aligned, case = align_mxfp4(config, backend, policy)
     layout = record(backend).fc1_layout
     want = reference_output(case.real, Fc1Layout.GATE_UP, case, config)
     got = reference_output(aligned.weights, layout, case, config)
@@ -172,7 +95,7 @@ def check_padding_invariance(config: Mxfp4MoeConfig, backend: Mxfp4MoeBackend, p
 def check_gate_up_pairing(config: Mxfp4MoeConfig, backend: Mxfp4MoeBackend, policy: MoeAlignment) -> None:
     """Read in the kernel's FC1 order, gate and up rows (weights, scales, bias) are the checkpoint's
     with zero rows appended per half; FC2 keeps its block; the declared layout is the kernel's."""
-    aligned, case = align(config, backend, policy)
+    aligned, case = align_mxfp4(config, backend, policy)
     assert_shapes(aligned, config.shape.experts, 2)
     w, src, layout = aligned.weights, case.checkpoint, record(backend).fc1_layout
     for name, dim in (("w13", -2), ("w13_scale", -2), ("w13_bias", -1)):
@@ -194,7 +117,7 @@ def check_gate_up_pairing(config: Mxfp4MoeConfig, backend: Mxfp4MoeBackend, poli
 @check(CONTRACT, Mxfp4MoeConfig)
 def check_minimal_and_idempotent(config: Mxfp4MoeConfig, backend: Mxfp4MoeBackend, policy: MoeAlignment) -> None:
     """No smaller whole-block size is accepted by the backend, and aligning again changes nothing."""
-    aligned, _ = align(config, backend, policy)
+    aligned, _ = align_mxfp4(config, backend, policy)
     ip, hp, e, violations = (
         aligned.intermediate_size,
         aligned.hidden_size,
@@ -237,7 +160,7 @@ def test_minimal_and_idempotent(config: Mxfp4MoeConfig, backend: Mxfp4MoeBackend
 def check_trtllm_round_trip(config: Mxfp4MoeConfig, backend: Mxfp4MoeBackend, policy: MoeAlignment) -> None:
     """Undoing FlashInfer's row shuffles and the 128x4 swizzle gives back the padded tensors, and
     FlashInfer's own gated reorder reads the FC1 rows as the checkpoint's gate/up pairs."""
-    aligned, case = align(config, backend, policy)
+    aligned, case = align_mxfp4(config, backend, policy)
     w, prepared = aligned.weights, record(backend).prepare(aligned, swizzle_128x4)
     rows, hp = 2 * aligned.intermediate_size, aligned.hidden_size
     inv13, inv2 = (
@@ -281,7 +204,7 @@ def check_trtllm_matches_flashinfer_padding(
     """FlashInfer's ``pad_trtllm_moe_weights`` (alignments 128 for I, 256 for H) on the stacked ``[up; gate]`` checkpoint
     gives the policy's FC1 bytes, FC2 bytes on its ``ru(H, 128)`` rows, and the same dequantized scales
     (FlashInfer pads scales with 127 = 1.0, vLLM with 0; both times zero codes)."""
-    aligned, case = align(config, backend, policy)
+    aligned, case = align_mxfp4(config, backend, policy)
     src = relayout_moe(case.checkpoint, Fc1Layout.UP_GATE)
     theirs = fim.pad_trtllm_moe_weights(
         src.w13,
@@ -338,7 +261,7 @@ def check_sm90_scale_fold(config: Mxfp4MoeConfig, backend: Mxfp4MoeBackend, poli
     """FlashInfer 0.7.4's ``interleave_moe_scales_for_sm90_mixed_gemm`` (what its W4A16 prep and tests
     feed ``cutlass_fused_moe``) accepts the padded scales, equals the reference 64-row fold and
     round-trips; vLLM's ``_interleave_mxfp4_cutlass_sm90`` is a different byte order (vLLM #46585)."""
-    aligned, _ = align(config, backend, policy)
+    aligned, _ = align_mxfp4(config, backend, policy)
     for name in ("w13_scale", "w2_scale"):
         s = getattr(aligned.weights, name)
         theirs = fi.sm90_scale_interleave(s.contiguous())
@@ -364,7 +287,7 @@ def test_sm90_scale_fold(config: Mxfp4MoeConfig, backend: Mxfp4MoeBackend, polic
 def check_aiter_shuffle_round_trip(config: Mxfp4MoeConfig, backend: Mxfp4MoeBackend, policy: MoeAlignment) -> None:
     """vLLM's Quark prep round-trips: ``e8m0_shuffle(scale.view(E·N, -1)).view(E, N, -1)`` keeps the
     scale shape and unshuffles to the padded scales; ``shuffle_weight`` (16, 16) undoes to the weights."""
-    aligned, _ = align(config, backend, policy)
+    aligned, _ = align_mxfp4(config, backend, policy)
     w = aligned.weights
     for name in ("w13_scale", "w2_scale"):
         s = getattr(w, name)
@@ -403,7 +326,7 @@ def _bf16(a: torch.Tensor) -> torch.Tensor:
 def check_trtllm_kernel(config: Mxfp4MoeConfig, backend: Mxfp4MoeBackend, policy: MoeAlignment) -> None:
     """``trtllm_fp4_block_scale_routed_moe`` on the padded, FlashInfer-prepared experts (MXFP4 x BF16
     and x MXFP8) matches the reference output of the rank's real channels (tolerances: the backend record's)."""
-    aligned, case = align(config, backend, policy)
+    aligned, case = align_mxfp4(config, backend, policy)
     r = record(backend)
     prepared = r.prepare(aligned, fi.block_scale_interleave)
     routing, ids = route(case.logits, config.shape.top_k)
@@ -416,11 +339,6 @@ def check_trtllm_kernel(config: Mxfp4MoeConfig, backend: Mxfp4MoeBackend, policy
         assert err <= tol, f"trtllm-gen MXFP4 x {label}: relative L2 error {err:.3g} > {tol}"
 
 
-def _silu_no_bias(config: Mxfp4MoeConfig) -> Mxfp4MoeConfig:
-    """``config`` as the a4w4 AITER path runs it for vLLM's Quark method: SiLU-gated, no biases."""
-    return replace(config, bias=False, shape=replace(config.shape, activation=SWIGLU))
-
-
 @check(CONTRACT, Mxfp4MoeConfig)
 def check_aiter_kernel(config: Mxfp4MoeConfig, backend: Mxfp4MoeBackend, policy: MoeAlignment) -> None:
     """``aiter.fused_moe`` (per_1x32, a4w4) on the padded experts matches the reference output of the
@@ -431,7 +349,7 @@ def check_aiter_kernel(config: Mxfp4MoeConfig, backend: Mxfp4MoeBackend, policy:
         config.shape.activation == SWIGLU and not config.bias,
         f"the AITER a4w4 MoE test runs SiLU-gated experts without biases, not {config.describe()}",
     )
-    aligned, case = align(config, backend, policy)
+    aligned, case = align_mxfp4(config, backend, policy)
     w, s = aligned.weights, config.shape
     routing, ids = route(case.logits, s.top_k)
     r = record(backend)
@@ -466,7 +384,7 @@ def test_trtllm_kernel(config: Mxfp4MoeConfig, backend: Mxfp4MoeBackend, policy:
 
 
 @pytest.mark.backends(Mxfp4MoeBackend.AITER, kernel=True)
-@given(config=mxfp4_moe_configs().map(_silu_no_bias))
-@pinned_examples("config", [_silu_no_bias(c) for c in REGRESSIONS])
+@given(config=mxfp4_moe_configs().map(silu_no_bias))
+@pinned_examples("config", [silu_no_bias(c) for c in MXFP4_MOE_REGRESSIONS])
 def test_aiter_kernel(config: Mxfp4MoeConfig, backend: Mxfp4MoeBackend, policy: MoeAlignment) -> None:
     run_check(check_aiter_kernel, config, backend, policy, kernel=True)

@@ -16,7 +16,7 @@ from hypothesis import given
 
 from backends.mxfp4_linear import VLLM_GUARD_TABLE, AiterLinearPath
 from backends.mxfp4_linear import asm_gemm_eligible as asm_supported
-from conformance.linear_oracle import REGRESSIONS
+from conformance.regressions import MXFP4_LINEAR_REGRESSIONS as REGRESSIONS
 from conformance.shared_expert_oracle import REFUSED, VLLM_DECISION_TABLE, expected_placement
 from contracts.mxfp4_linear import CONTRACT as LINEAR
 from contracts.mxfp4_linear import Mxfp4LinearKernelSelection
