@@ -47,7 +47,9 @@ def test_a_moved_symbol_is_named(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.delattr(module, "align_fp4_moe_weights_for_flashinfer_trtllm")
     ss.sglang_modules.cache_clear()
     try:
-        with pytest.raises(ss.SglangSourceMismatch, match="flashinfer_trtllm.align_fp4_moe_weights_for_flashinfer_trtllm"):
+        with pytest.raises(
+            ss.SglangSourceMismatch, match=r"flashinfer_trtllm\.align_fp4_moe_weights_for_flashinfer_trtllm"
+        ):
             ss.sglang_modules()
     finally:
         ss.sglang_modules.cache_clear()
