@@ -8,20 +8,29 @@ hooks (``get_flags().moe.override(runner_backend=...)``, ``override_platform(...
 only calls that need a GPU, each named in the adapter's docstring:
 
 * ``nvfp4_moe``: :class:`SglangNvfp4MoeAlignment` (``ModelOptNvFp4FusedMoEMethod.create_weights``,
-  ``FusedMoE.weight_loader``, ``process_weights_after_loading``: the TRT-LLM and the CUTLASS branch).
+  ``FusedMoE.weight_loader``, ``process_weights_after_loading``: the TRT-LLM and the CUTLASS branch);
+* ``mxfp4_linear``: :class:`SglangQuarkMxfp4Linear` (``QuarkW4A4MXFP4.process_weights_after_loading``:
+  the AITER ASM guard and each path's weight preparation; the activation quantizer of each path read
+  from ``apply_weights``' source).
+
+SGLang has no counterpart of vLLM's Qwen3-Next shared-expert replicate-or-refuse decision
+(``shared_expert``): its Qwen3-Next shared expert is a tensor-parallel MLP without that gate.
 
 Upstream bugs of SGLang 0.5.23 that properties catch are listed in :data:`SGLANG_KNOWN_FAILURES`.
 """
 
 from __future__ import annotations
 
+import ast
 import contextlib
 import functools
 import importlib
 import importlib.abc
 import importlib.machinery
 import importlib.util
+import inspect
 import sys
+import textwrap
 import types
 from collections.abc import Iterator
 from typing import Any
@@ -29,11 +38,15 @@ from unittest import mock
 
 import torch
 
-from reference.layouts import unswizzle_128x4
+from reference.formats import MxScaleRounding
+from reference.layouts import aiter_shuffle_weight, unswizzle_128x4
 from subjects.moe import AlignedMoe, MoeWeights
+from subjects.mxfp4_linear import CONTRACT as MXFP4_LINEAR
+from subjects.mxfp4_linear import AiterLinearPath, PreparedMxfp4Linear
 from subjects.nvfp4_moe import CONTRACT as NVFP4_MOE
 from subjects.nvfp4_moe import MoeBackend
 from subjects.registry import KnownFailure, Subject, register_subject
+from subjects.vllm import QUANTIZER_ROUNDING
 
 SGLANG_VERSION = "0.5.23"
 """The SGLang release the adapters were written against (``scripts/install-sglang-cpu.sh`` pins it)."""
@@ -116,6 +129,13 @@ REQUIRED_SYMBOLS = {
     "sglang.srt.layers.quantization.modelopt_quant": ("ModelOptFp4Config", "ModelOptNvFp4FusedMoEMethod"),
     "sglang.srt.layers.quantization.utils": ("prepare_static_weights_for_trtllm_fp4_moe", "swizzle_blockscale"),
     "sglang.srt.runtime_context": ("get_flags", "override_platform"),
+    "sglang.srt.layers.quantization.quark.schemes.quark_w4a4_mxfp4": (
+        "QuarkW4A4MXFP4",
+        "_asm_fp4_scale_swizzle_supported",
+        "_use_aiter_asm_fp4_gemm",
+        "_dequant_linear_to_bf16",
+        "is_gfx95_supported",
+    ),
 }
 """Every SGLang symbol the adapters call or patch, by module: :func:`sglang_modules` checks them all at
 import, so a moved or renamed one fails loudly, naming it."""
@@ -160,6 +180,7 @@ def sglang_modules() -> types.SimpleNamespace:
         modelopt=modules["sglang.srt.layers.quantization.modelopt_quant"],
         quant_utils=modules["sglang.srt.layers.quantization.utils"],
         ctx=modules["sglang.srt.runtime_context"],
+        quark_w4a4=modules["sglang.srt.layers.quantization.quark.schemes.quark_w4a4_mxfp4"],
     )
 
 
@@ -353,6 +374,135 @@ class SglangNvfp4MoeAlignment:
         return AlignedMoe(aligned, ip, hidden)
 
 
+# --- mxfp4_linear: QuarkW4A4MXFP4 (Quark OCP-MX W4A4 dense layers on AITER) ----------------------------
+
+SGLANG_AITER_QUANTIZERS = {"per_1x32_f4_quant": "per_1x32_f4_quant_hip", "dynamic_mxfp4_quant": "dynamic_mxfp4_quant"}
+"""SGLang's custom-op wrappers in ``quark_w4a4_mxfp4.py`` and the AITER quantizer each one calls
+(``per_1x32_f4_quant_hip(x, shuffle=True)``, ``aiter.ops.triton.quant.dynamic_mxfp4_quant``)."""
+
+ASM_LAYER_FLAG = "use_aiter_asm_fp4_gemm"
+"""The layer attribute ``QuarkW4A4MXFP4.process_weights_after_loading`` sets and ``apply_weights`` branches on."""
+
+
+def _called_quantizers(stmts: list[ast.stmt]) -> list[str]:
+    names = {_call_name(n) for s in stmts for n in ast.walk(s) if isinstance(n, ast.Call)}
+    return sorted(names & set(SGLANG_AITER_QUANTIZERS))
+
+
+def _call_name(node: ast.Call) -> str:
+    func = node.func
+    return func.id if isinstance(func, ast.Name) else func.attr if isinstance(func, ast.Attribute) else ""
+
+
+def quark_path_quantizers(apply_weights_source: str) -> dict[AiterLinearPath, str]:
+    """The AITER activation quantizer each path of ``QuarkW4A4MXFP4.apply_weights`` runs, read from source.
+
+    The ASM path is the body of ``if getattr(layer, "use_aiter_asm_fp4_gemm", False): ...``; the Triton
+    path is the rest of the function after it. Each must call exactly one quantizer of
+    :data:`SGLANG_AITER_QUANTIZERS`; otherwise :class:`SglangSourceMismatch`. (The fused pre-quantizing
+    GEMMs serve pre-quantized tuple inputs, which the dense MXFP4 layers the suite models do not get.)
+    """
+    function = ast.parse(textwrap.dedent(apply_weights_source)).body[0]
+    body = getattr(function, "body", [])
+    branch = next(
+        (
+            i
+            for i, s in enumerate(body)
+            if isinstance(s, ast.If) and ASM_LAYER_FLAG in ast.unparse(s.test) and not s.orelse
+        ),
+        None,
+    )
+    if branch is None:
+        raise SglangSourceMismatch(f"QuarkW4A4MXFP4.apply_weights has no 'if getattr(layer, {ASM_LAYER_FLAG!r}...)'")
+    paths = {AiterLinearPath.ASM: body[branch].body, AiterLinearPath.TRITON: body[branch + 1 :]}
+    found = {path: _called_quantizers(stmts) for path, stmts in paths.items()}
+    if any(len(q) != 1 for q in found.values()):
+        raise SglangSourceMismatch(
+            f"QuarkW4A4MXFP4.apply_weights calls the activation quantizers {found}; the adapter expects exactly one "
+            f"of {sorted(SGLANG_AITER_QUANTIZERS)} per path"
+        )
+    return {path: SGLANG_AITER_QUANTIZERS[q[0]] for path, q in found.items()}
+
+
+@functools.cache
+def sglang_linear_quantizers() -> dict[AiterLinearPath, str]:
+    """:func:`quark_path_quantizers` on the installed ``QuarkW4A4MXFP4.apply_weights``."""
+    return quark_path_quantizers(inspect.getsource(sglang_modules().quark_w4a4.QuarkW4A4MXFP4.apply_weights))
+
+
+def _reference_shuffle_weight(weight: torch.Tensor, layout: tuple[int, int] = (16, 16)) -> torch.Tensor:
+    """Stand-in for ``aiter.ops.shuffle.shuffle_weight``: the suite's ``reference.layouts.aiter_shuffle_weight``."""
+    if tuple(layout) != (16, 16):
+        raise SglangSourceMismatch(
+            f"SGLang asks AITER's shuffle_weight for layout {layout}; the reference has (16, 16)"
+        )
+    return aiter_shuffle_weight(weight)
+
+
+class SglangQuarkMxfp4Linear:
+    """SGLang's ``QuarkW4A4MXFP4`` (``quark/schemes/quark_w4a4_mxfp4.py``) on AITER (gfx950).
+
+    * ``process_mxfp4_linear_weights``: ``process_weights_after_loading`` on a ``torch.nn.Module``
+      holding ``weight`` and ``weight_scale`` Parameters, with the module's switches set as on an
+      MI350x with ``SGLANG_ROCM_USE_AITER_FP4_ASM_GEMM=asm_enabled``: ``_use_aiter_asm_fp4_gemm =
+      asm_enabled``, ``is_gfx95_supported() = True``, ``_dequant_linear_to_bf16 = False`` (no
+      ``AITER_FORCE_A8W4``). The module imports AITER's ``shuffle_weight`` only on ROCm; where AITER is
+      absent the adapter supplies the suite's reference (:func:`_reference_shuffle_weight`). So the
+      guard (``_asm_fp4_scale_swizzle_supported`` plus SGLang's ``N <= 128`` rule), the path and the
+      ASM scale swizzle are SGLang's; the ASM weight shuffle is the reference's.
+    * The path is ASM when the layer's ``use_aiter_asm_fp4_gemm`` is set. On the Triton path SGLang keeps
+      the scale as loaded, ``(N, K/32)``, and hands it to ``gemm_afp4wfp4`` as is; the suite's
+      :class:`~subjects.mxfp4_linear.PreparedMxfp4Linear` states the Triton scale in vLLM's storage,
+      ``(K/32, N)`` whose ``.T`` the GEMM gets, so the adapter reports ``scale.T.contiguous()``: the same
+      GEMM operand.
+    * ``use_asm_gemm(shape)``: the path that processing takes, ASM enabled, for a layer whose scale has
+      that shape (a 2-D shape ``(N, K/32)`` gets an ``[N, K/2]`` weight; other ranks fail SGLang's guard
+      before the weight is read).
+    * ``linear_activation_rounding``: the rounding of the AITER quantizer ``apply_weights`` calls on that
+      path (:func:`sglang_linear_quantizers`, :data:`subjects.vllm.QUANTIZER_ROUNDING`).
+    """
+
+    def process_mxfp4_linear_weights(
+        self, weight: torch.Tensor, scale: torch.Tensor, asm_enabled: bool
+    ) -> PreparedMxfp4Linear:
+        m = sglang_modules()
+        scheme = object.__new__(m.quark_w4a4.QuarkW4A4MXFP4)
+        scheme.is_checkpoint_mxfp4_serialized = True
+        layer = torch.nn.Module()
+        layer.weight = torch.nn.Parameter(weight.clone(), requires_grad=False)
+        layer.weight_scale = torch.nn.Parameter(scale.clone(), requires_grad=False)
+        shuffle = getattr(m.quark_w4a4, "shuffle_weight", None) or _reference_shuffle_weight
+        with (
+            mock.patch.object(m.quark_w4a4, "_use_aiter_asm_fp4_gemm", asm_enabled),
+            mock.patch.object(m.quark_w4a4, "_dequant_linear_to_bf16", False),
+            mock.patch.object(m.quark_w4a4, "is_gfx95_supported", lambda: True),
+            mock.patch.object(m.quark_w4a4, "shuffle_weight", shuffle, create=True),
+        ):
+            scheme.process_weights_after_loading(layer)
+        if getattr(layer, ASM_LAYER_FLAG):
+            return PreparedMxfp4Linear(AiterLinearPath.ASM, layer.weight.detach(), layer.weight_scale.detach())
+        scale = layer.weight_scale.detach()
+        return PreparedMxfp4Linear(
+            AiterLinearPath.TRITON, layer.weight.detach(), scale.mT.contiguous() if scale.ndim == 2 else scale
+        )
+
+    def use_asm_gemm(self, scale_shape: tuple[int, ...]) -> bool:
+        shape = tuple(scale_shape)
+        rows = shape[0] if shape else 0
+        weight = torch.zeros(rows, 16 * shape[1] if len(shape) == 2 else 1, dtype=torch.uint8)
+        prepared = self.process_mxfp4_linear_weights(weight, torch.zeros(shape, dtype=torch.uint8), asm_enabled=True)
+        return prepared.path is AiterLinearPath.ASM
+
+    def prepare_asm_linear(self, weight: torch.Tensor, scale: torch.Tensor) -> PreparedMxfp4Linear:
+        return self.process_mxfp4_linear_weights(weight, scale, asm_enabled=True)
+
+    def prepare_triton_linear(self, weight: torch.Tensor, scale: torch.Tensor) -> PreparedMxfp4Linear:
+        return self.process_mxfp4_linear_weights(weight, scale, asm_enabled=False)
+
+    def linear_activation_rounding(self, path: AiterLinearPath) -> MxScaleRounding:
+        return QUANTIZER_ROUNDING[sglang_linear_quantizers()[path]]
+
+
 # --- known upstream bugs -----------------------------------------------------------------------------
 
 SGLANG_SOURCE = f"https://github.com/sgl-project/sglang/blob/v{SGLANG_VERSION}/python/sglang/srt"
@@ -372,6 +522,13 @@ def _hidden_not_128(shape: Any) -> bool:
 def _hidden_128_not_256(shape: Any) -> bool:
     """A hidden size that is a multiple of 128 but not of 256 (Nemotron-3-Nano's 2688)."""
     return shape.hidden % 128 == 0 and shape.hidden % 256 != 0
+
+
+def _small_n_asm_capable(config: Any) -> bool:
+    """A 2-D scale the layout guard accepts (``rows % 32``, ``cols % 8``, not 96 rows) with ``N <= 128``:
+    the suite's contract sends it to ASM, SGLang 0.5.23 keeps it on Triton."""
+    shape = tuple(config.shape if hasattr(config, "shape") else config.scale_shape)
+    return len(shape) == 2 and shape[0] % 32 == 0 and shape[1] % 8 == 0 and shape[0] <= 128 and shape[0] != 96
 
 
 SGLANG_KNOWN_FAILURES: tuple[KnownFailure, ...] = (
@@ -409,13 +566,28 @@ SGLANG_KNOWN_FAILURES: tuple[KnownFailure, ...] = (
         backend=MoeBackend.FLASHINFER_TRTLLM.value,
         check="check_flashinfer_accepts",
     ),
+    *(
+        KnownFailure(
+            MXFP4_LINEAR,
+            "Disputed: QuarkW4A4MXFP4 keeps every layer with N <= 128 on the Triton GEMM (_ASM_FP4_UNSAFE_MAX_N: "
+            "'gemm_a4w4's untuned ASM heuristic returns wrong rows 1..M-1 for N <= 128 at 2 <= M <= 64', measured "
+            "on ROCm/aiter@e7d2453f2, MI355X); vLLM PR #58139 forces only 96-row scales to Triton and keeps "
+            "(128, 160) on ASM. Settled by AITER's gemm_a4w4 (bpreshuffle, untuned) on an MI350x/MI355x at N = 32, "
+            "64, 128 (N = 160 as control), M = 2..64, against the dequantized reference",
+            f"{SGLANG_SOURCE}/layers/quantization/quark/schemes/quark_w4a4_mxfp4.py",
+            applies=_small_n_asm_capable,
+            check=check,
+        )
+        for check in ("check_asm_guard_truth_table", "check_asm_taken_where_supported")
+    ),
 )
+
 
 register_subject(
     Subject(
         "sglang",
         f"SGLang's real alignment, placement and fallback functions (scripts/install-sglang-cpu.sh, SGLang {SGLANG_VERSION})",
-        {NVFP4_MOE: SglangNvfp4MoeAlignment()},
+        {NVFP4_MOE: SglangNvfp4MoeAlignment(), MXFP4_LINEAR: SglangQuarkMxfp4Linear()},
         known_failures=SGLANG_KNOWN_FAILURES,
     )
 )

@@ -2,7 +2,8 @@
 
 * Each adapter returns what SGLang's code decides, with only the documented pieces substituted:
   the NVFP4 MoE path (``create_weights`` rounding, ``FusedMoE.weight_loader`` placement, both
-  post-load branches).
+  post-load branches); the Quark W4A4 MXFP4 linear guard, weight preparation and activation quantizers
+  (read from ``apply_weights``' source).
 * A moved or renamed SGLang symbol fails loudly, naming it (:class:`subjects.sglang.SglangSourceMismatch`).
 * The known-failure ledger names only contracts, backends and checks that exist.
 """
@@ -14,17 +15,20 @@ import importlib
 import pytest
 import torch
 
-from conformance import test_nvfp4_moe
+from conformance import test_mxfp4_linear, test_nvfp4_moe
+from reference.formats import MxScaleRounding
+from reference.layouts import aiter_shuffle_weight, vllm_asm_scale_swizzle
 from strategies.moe import pinned_shape
 from strategies.tensors import moe_case
 from subjects import sglang as ss
+from subjects.mxfp4_linear import AiterLinearPath
 from subjects.nvfp4_moe import BuiltinNvfp4MoeAlignment, MoeBackend
 from subjects.registry import backends, contracts, resolve
 
 pytestmark = pytest.mark.sglang
 
 NVFP4 = ss.SglangNvfp4MoeAlignment()
-CHECK_MODULES = {"nvfp4_moe": test_nvfp4_moe}
+CHECK_MODULES = {"nvfp4_moe": test_nvfp4_moe, "mxfp4_linear": test_mxfp4_linear}
 
 
 def test_subject_policies_implement_their_contracts() -> None:
@@ -92,3 +96,69 @@ def test_cutlass_aligned_layer_runs_the_real_swizzle() -> None:
     assert aligned.intermediate_size == shape.intermediate
     for name in ("w13", "w13_scale", "w2", "w2_scale"):
         assert torch.equal(getattr(aligned.weights, name).view(torch.uint8), getattr(case.weights, name)), name
+
+
+LINEAR = ss.SglangQuarkMxfp4Linear()
+
+
+@pytest.mark.parametrize(
+    ("shape", "want"),
+    [
+        ((2560, 80), True),
+        ((160, 8), True),
+        ((128, 160), False),  # SGLang: N <= 128 stays on Triton (the ledger's disputed rule)
+        ((96, 160), False),
+        ((32, 8), False),
+        ((2560, 20), False),
+        ((30, 8), False),
+        ((2560,), False),
+        ((80, 2, 16), False),
+    ],
+)
+def test_linear_guard_is_sglangs(shape: tuple[int, ...], want: bool) -> None:
+    assert LINEAR.use_asm_gemm(shape) is want
+
+
+def test_linear_weight_processing_paths() -> None:
+    """ASM: SGLang's scale swizzle and the (reference) weight shuffle; Triton: the scale as loaded, reported in
+    the suite's transposed storage; the inputs are never modified."""
+    g = torch.Generator().manual_seed(0)
+    weight = torch.randint(0, 256, (160, 256), generator=g, dtype=torch.int64).to(torch.uint8)
+    scale = torch.randint(118, 136, (160, 16), generator=g, dtype=torch.int64).to(torch.uint8)
+    w0, s0 = weight.clone(), scale.clone()
+    asm = LINEAR.process_mxfp4_linear_weights(weight, scale, asm_enabled=True)
+    assert asm.path is AiterLinearPath.ASM
+    assert torch.equal(asm.scale, vllm_asm_scale_swizzle(scale))
+    assert torch.equal(asm.weight, aiter_shuffle_weight(weight))
+    triton = LINEAR.process_mxfp4_linear_weights(weight, scale, asm_enabled=False)
+    assert triton.path is AiterLinearPath.TRITON and torch.equal(triton.weight, weight)
+    assert torch.equal(triton.scale.T, scale) and triton.scale.is_contiguous()
+    assert torch.equal(weight, w0) and torch.equal(scale, s0)
+
+
+def test_linear_activation_quantizers_read_from_sglang() -> None:
+    assert ss.sglang_linear_quantizers() == {
+        AiterLinearPath.ASM: "per_1x32_f4_quant_hip",
+        AiterLinearPath.TRITON: "dynamic_mxfp4_quant",
+    }
+    assert LINEAR.linear_activation_rounding(AiterLinearPath.ASM) is MxScaleRounding.RCEIL
+    assert LINEAR.linear_activation_rounding(AiterLinearPath.TRITON) is MxScaleRounding.EVEN
+
+
+APPLY = """
+def apply_weights(self, layer, x, bias=None):
+    if getattr(layer, "use_aiter_asm_fp4_gemm", False):
+        x_q, x_scales = {asm}(x)
+        return gemm_a4w4(x_q, layer.weight, x_scales, layer.weight_scale)
+    x_q, x_s = {triton}(x)
+    return gemm_afp4wfp4(x_q, layer.weight, x_s, layer.weight_scale)
+"""
+
+
+def test_linear_quantizer_reader_fails_on_altered_source() -> None:
+    good = APPLY.format(asm="per_1x32_f4_quant", triton="dynamic_mxfp4_quant")
+    assert ss.quark_path_quantizers(good)[AiterLinearPath.TRITON] == "dynamic_mxfp4_quant"
+    with pytest.raises(ss.SglangSourceMismatch, match="quantizers"):
+        ss.quark_path_quantizers(APPLY.format(asm="per_1x32_f4_quant", triton="some_new_quant"))
+    with pytest.raises(ss.SglangSourceMismatch, match="use_aiter_asm_fp4_gemm"):
+        ss.quark_path_quantizers(good.replace("use_aiter_asm_fp4_gemm", "use_asm"))
