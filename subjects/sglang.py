@@ -40,9 +40,12 @@ import torch
 
 from reference.formats import MxScaleRounding
 from reference.layouts import aiter_shuffle_weight, unswizzle_128x4
+from reference.sizes import round_up
 from subjects.moe import AlignedMoe, MoeWeights
 from subjects.mxfp4_linear import CONTRACT as MXFP4_LINEAR
 from subjects.mxfp4_linear import AiterLinearPath, PreparedMxfp4Linear
+from subjects.mxfp4_moe import CONTRACT as MXFP4_MOE
+from subjects.mxfp4_moe import BuiltinMxfp4MoeAlignment, Mxfp4MoeBackend
 from subjects.nvfp4_moe import CONTRACT as NVFP4_MOE
 from subjects.nvfp4_moe import MoeBackend
 from subjects.registry import KnownFailure, Subject, register_subject
@@ -129,6 +132,14 @@ REQUIRED_SYMBOLS = {
     "sglang.srt.layers.quantization.modelopt_quant": ("ModelOptFp4Config", "ModelOptNvFp4FusedMoEMethod"),
     "sglang.srt.layers.quantization.utils": ("prepare_static_weights_for_trtllm_fp4_moe", "swizzle_blockscale"),
     "sglang.srt.runtime_context": ("get_flags", "override_platform"),
+    "sglang.srt.layers.quantization.mxfp4": (
+        "Mxfp4Config",
+        "Mxfp4MoEMethod",
+        "_use_aiter",
+        "_aiter_k3_opt",
+        "_FI_HAS_SM90_CUTLASS_MXFP4",
+        "has_triton_kernels",
+    ),
     "sglang.srt.layers.quantization.quark.schemes.quark_w4a4_mxfp4": (
         "QuarkW4A4MXFP4",
         "_asm_fp4_scale_swizzle_supported",
@@ -181,6 +192,7 @@ def sglang_modules() -> types.SimpleNamespace:
         quant_utils=modules["sglang.srt.layers.quantization.utils"],
         ctx=modules["sglang.srt.runtime_context"],
         quark_w4a4=modules["sglang.srt.layers.quantization.quark.schemes.quark_w4a4_mxfp4"],
+        mxfp4=modules["sglang.srt.layers.quantization.mxfp4"],
     )
 
 
@@ -503,6 +515,75 @@ class SglangQuarkMxfp4Linear:
         return QUANTIZER_ROUNDING[sglang_linear_quantizers()[path]]
 
 
+# --- mxfp4_moe: Mxfp4MoEMethod (gpt-oss-style MXFP4 checkpoints) -------------------------------------
+
+MXFP4_BACKENDS: dict[Mxfp4MoeBackend, tuple[str, dict[str, bool], dict[str, bool]]] = {
+    Mxfp4MoeBackend.FLASHINFER_TRTLLM: ("flashinfer_mxfp4", {"is_sm100": True, "is_blackwell": True}, {}),
+    Mxfp4MoeBackend.FLASHINFER_CUTLASS_SM90: (
+        "flashinfer_mxfp4",
+        {"is_sm90": True, "is_sm100": False, "is_blackwell": False},
+        {"_FI_HAS_SM90_CUTLASS_MXFP4": True},
+    ),
+    Mxfp4MoeBackend.AITER: ("auto", {"is_hip": True, "is_cuda": False, "is_sm100": False}, {"_use_aiter": True}),
+    Mxfp4MoeBackend.MARLIN: ("marlin", {"is_sm90": True, "is_sm100": False}, {}),
+}
+"""The suite's MXFP4 MoE backends as SGLang selects them: ``--moe-runner-backend``, the platform facts
+(``override_platform``) and the switches of ``quantization/mxfp4.py`` that SGLang reads from the
+environment at import (``SGLANG_USE_AITER`` on ROCm; FlashInfer's SM90 mixed-GEMM helpers, PR #3084)."""
+
+
+@contextlib.contextmanager
+def sglang_layer_context(runner_backend: str, platform: dict[str, bool], tp: int = 1, rank: int = 0) -> Iterator[Any]:
+    """What a real ``FusedMoE(...)`` needs to be constructed: the backend and platform (:func:`moe_backend`),
+    a published dummy ``ServerArgs`` (``get_context().override_server_args()``, SGLang's test hook) and the
+    MoE parallel layout ``moe_tp_size = tp``, ``moe_tp_rank = rank``, no EP."""
+    with moe_backend(runner_backend, **platform) as m:
+        context = m.ctx.get_context()
+        with (
+            context.override_server_args(),
+            m.ctx.get_parallel().override(
+                tp_size=tp, tp_rank=rank, moe_tp_size=tp, moe_tp_rank=rank, moe_ep_size=1, moe_ep_rank=0
+            ),
+        ):
+            yield m
+
+
+class SglangMxfp4MoeAlignment(BuiltinMxfp4MoeAlignment):
+    """Sizes from a real ``FusedMoE`` of SGLang's ``Mxfp4MoEMethod`` (``quantization/mxfp4.py``), for the
+    SGLang backend :data:`MXFP4_BACKENDS` names.
+
+    ``FusedMoE(num_experts, hidden, intermediate, quant_config=Mxfp4Config(is_checkpoint_mxfp4_serialized=True))``
+    runs its own constructor (:func:`sglang_layer_context`) at TP 1: ``FusedMoE.__init__``'s hidden rounding
+    for ``flashinfer_mxfp4`` and ``Mxfp4MoEMethod.create_weights``' per-backend rounding decide the buffer,
+    read back as ``(w13_weight.shape[1] / 2, 2 · w13_weight.shape[2])``. FlashInfer's SM90 CUTLASS path
+    allocates the unpadded buffer and rebuilds a padded one after loading; its sizes are the method's
+    ``_padded_intermediate`` / ``_padded_hidden``.
+
+    Only the sizes are SGLang's: the zero padding per gate/up half and the FC1 row order are the built-in
+    policy's (``subjects.moe.pad_moe``, ``reference.padding``), as for the vLLM subject; SGLang's
+    ``Mxfp4MoEMethod`` serves gpt-oss-style checkpoints, and the Quark OCP-MX family
+    (``QuarkW4A4MXFp4MoE``) is sized by the same rounding here.
+    """
+
+    def sizes(self, backend: Mxfp4MoeBackend, weights: MoeWeights) -> tuple[int, int]:
+        runner, platform, switches = MXFP4_BACKENDS[backend]
+        with sglang_layer_context(runner, platform) as m, contextlib.ExitStack() as stack:
+            for name, value in switches.items():
+                stack.enter_context(mock.patch.object(m.mxfp4, name, value))
+            config = m.mxfp4.Mxfp4Config(is_checkpoint_mxfp4_serialized=True)
+            layer = m.FusedMoE(
+                num_experts=weights.w13.shape[0], hidden_size=weights.hidden_size,
+                intermediate_size=weights.intermediate_size, layer_id=0, top_k=1, quant_config=config,
+                prefix="model.layers.0.mlp.experts", activation="silu", with_bias=True,
+            )  # fmt: skip
+        method = layer.quant_method
+        if not isinstance(method, m.mxfp4.Mxfp4MoEMethod):
+            raise SglangSourceMismatch(f"Mxfp4Config gave FusedMoE a {type(method).__name__}, not Mxfp4MoEMethod")
+        if backend is Mxfp4MoeBackend.FLASHINFER_CUTLASS_SM90:
+            return method._padded_intermediate, method._padded_hidden
+        return layer.w13_weight.shape[1] // 2, 2 * layer.w13_weight.shape[2]
+
+
 # --- known upstream bugs -----------------------------------------------------------------------------
 
 SGLANG_SOURCE = f"https://github.com/sgl-project/sglang/blob/v{SGLANG_VERSION}/python/sglang/srt"
@@ -529,6 +610,18 @@ def _small_n_asm_capable(config: Any) -> bool:
     the suite's contract sends it to ASM, SGLang 0.5.23 keeps it on Triton."""
     shape = tuple(config.shape if hasattr(config, "shape") else config.scale_shape)
     return len(shape) == 2 and shape[0] % 32 == 0 and shape[1] % 8 == 0 and shape[0] <= 128 and shape[0] != 96
+
+
+def _hidden_256_over_128(config: Any) -> bool:
+    """An MXFP4 MoE hidden size that rounding to 256 pads further than rounding to 128 (gpt-oss 2880)."""
+    h = config.shape.hidden
+    return round_up(h, 256) != round_up(h, 128)
+
+
+def _inter_128_over_64(config: Any) -> bool:
+    """An MXFP4 MoE intermediate size that rounding to 128 pads further than rounding to 64 (288, 192)."""
+    i = config.shape.intermediate
+    return round_up(i, 128) != round_up(i, 64)
 
 
 SGLANG_KNOWN_FAILURES: tuple[KnownFailure, ...] = (
@@ -580,6 +673,27 @@ SGLANG_KNOWN_FAILURES: tuple[KnownFailure, ...] = (
         )
         for check in ("check_asm_guard_truth_table", "check_asm_taken_where_supported")
     ),
+    KnownFailure(
+        MXFP4_MOE,
+        "flashinfer_mxfp4 on SM90 (CUTLASS mixed GEMM, K % 128): FusedMoE.__init__ rounds the hidden size to 256 "
+        "for every flashinfer_mxfp4 layer, the SM100 trtllm-gen rule (gpt-oss 2880 -> 3072, not 2944; "
+        "Mxfp4MoEMethod's comment notes it); found by this suite, not reported upstream",
+        f"{SGLANG_SOURCE}/layers/moe/fused_moe_triton/layer.py",
+        applies=_hidden_256_over_128,
+        backend=Mxfp4MoeBackend.FLASHINFER_CUTLASS_SM90.value,
+        check="check_minimal_and_idempotent",
+    ),
+    KnownFailure(
+        MXFP4_MOE,
+        "marlin: Mxfp4MoEMethod.create_weights rounds the intermediate to 128 and the hidden size to 256 where "
+        "Marlin needs ru(I, 64) and H % 128 (DeepSeek-V4.1-Flash TP8 288 -> 384, not 320; gpt-oss H 2880 -> "
+        "3072, not 2944): the over-padding vLLM PR #56697 removes from vLLM; found by this suite, not reported "
+        "to SGLang",
+        f"{SGLANG_SOURCE}/layers/quantization/mxfp4.py",
+        applies=lambda config: _inter_128_over_64(config) or _hidden_256_over_128(config),
+        backend=Mxfp4MoeBackend.MARLIN.value,
+        check="check_minimal_and_idempotent",
+    ),
 )
 
 
@@ -587,7 +701,11 @@ register_subject(
     Subject(
         "sglang",
         f"SGLang's real alignment, placement and fallback functions (scripts/install-sglang-cpu.sh, SGLang {SGLANG_VERSION})",
-        {NVFP4_MOE: SglangNvfp4MoeAlignment(), MXFP4_LINEAR: SglangQuarkMxfp4Linear()},
+        {
+            NVFP4_MOE: SglangNvfp4MoeAlignment(),
+            MXFP4_LINEAR: SglangQuarkMxfp4Linear(),
+            MXFP4_MOE: SglangMxfp4MoeAlignment(),
+        },
         known_failures=SGLANG_KNOWN_FAILURES,
     )
 )

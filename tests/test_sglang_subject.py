@@ -3,7 +3,7 @@
 * Each adapter returns what SGLang's code decides, with only the documented pieces substituted:
   the NVFP4 MoE path (``create_weights`` rounding, ``FusedMoE.weight_loader`` placement, both
   post-load branches); the Quark W4A4 MXFP4 linear guard, weight preparation and activation quantizers
-  (read from ``apply_weights``' source).
+  (read from ``apply_weights``' source); the MXFP4 MoE sizes of a real ``FusedMoE`` per backend.
 * A moved or renamed SGLang symbol fails loudly, naming it (:class:`subjects.sglang.SglangSourceMismatch`).
 * The known-failure ledger names only contracts, backends and checks that exist.
 """
@@ -15,20 +15,22 @@ import importlib
 import pytest
 import torch
 
-from conformance import test_mxfp4_linear, test_nvfp4_moe
+from conformance import test_mxfp4_linear, test_mxfp4_moe, test_nvfp4_moe
 from reference.formats import MxScaleRounding
 from reference.layouts import aiter_shuffle_weight, vllm_asm_scale_swizzle
 from strategies.moe import pinned_shape
 from strategies.tensors import moe_case
 from subjects import sglang as ss
+from subjects.moe import MoeWeights
 from subjects.mxfp4_linear import AiterLinearPath
+from subjects.mxfp4_moe import Mxfp4MoeBackend
 from subjects.nvfp4_moe import BuiltinNvfp4MoeAlignment, MoeBackend
 from subjects.registry import backends, contracts, resolve
 
 pytestmark = pytest.mark.sglang
 
 NVFP4 = ss.SglangNvfp4MoeAlignment()
-CHECK_MODULES = {"nvfp4_moe": test_nvfp4_moe, "mxfp4_linear": test_mxfp4_linear}
+CHECK_MODULES = {"nvfp4_moe": test_nvfp4_moe, "mxfp4_linear": test_mxfp4_linear, "mxfp4_moe": test_mxfp4_moe}
 
 
 def test_subject_policies_implement_their_contracts() -> None:
@@ -162,3 +164,33 @@ def test_linear_quantizer_reader_fails_on_altered_source() -> None:
         ss.quark_path_quantizers(APPLY.format(asm="per_1x32_f4_quant", triton="some_new_quant"))
     with pytest.raises(ss.SglangSourceMismatch, match="use_aiter_asm_fp4_gemm"):
         ss.quark_path_quantizers(good.replace("use_aiter_asm_fp4_gemm", "use_asm"))
+
+
+MXFP4 = ss.SglangMxfp4MoeAlignment()
+
+
+def _mxfp4_weights(intermediate: int, hidden: int) -> MoeWeights:
+    def zeros(*shape: int) -> torch.Tensor:
+        return torch.zeros(shape, dtype=torch.uint8)
+
+    return MoeWeights(
+        w13=zeros(1, 2 * intermediate, hidden // 2), w13_scale=zeros(1, 2 * intermediate, hidden // 32),
+        w2=zeros(1, hidden, intermediate // 2), w2_scale=zeros(1, hidden, intermediate // 32), block=32,
+    )  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    ("backend", "intermediate", "hidden", "want"),
+    [
+        (Mxfp4MoeBackend.FLASHINFER_TRTLLM, 2880, 2880, (2944, 3072)),  # gpt-oss TP1
+        (Mxfp4MoeBackend.FLASHINFER_CUTLASS_SM90, 192, 7168, (256, 7168)),  # DeepSeek-V4-Pro TP16 (SGLang #26250)
+        (Mxfp4MoeBackend.FLASHINFER_CUTLASS_SM90, 2880, 2880, (2944, 3072)),  # hidden: the ledger's 256
+        (Mxfp4MoeBackend.AITER, 384, 3072, (512, 3072)),  # MiniMax-M3 TP8: 256 (AITER #5233)
+        (Mxfp4MoeBackend.MARLIN, 288, 4096, (384, 4096)),  # DeepSeek-V4.1-Flash TP8: the ledger's 128
+    ],
+)
+def test_mxfp4_sizes_are_sglangs(
+    backend: Mxfp4MoeBackend, intermediate: int, hidden: int, want: tuple[int, int]
+) -> None:
+    """Sizes read off a real ``FusedMoE`` of ``Mxfp4MoEMethod`` under each backend's selection."""
+    assert MXFP4.sizes(backend, _mxfp4_weights(intermediate, hidden)) == want
