@@ -11,8 +11,8 @@ from __future__ import annotations
 
 import torch
 
-from adapters.aiter import _import, require_gfx950
-from subjects.moe import MoeWeights
+from adapters.aiter import _import, require_gfx950, require_parameters
+from contracts.moe import MoeWeights
 
 
 def fused_moe_a4w4(
@@ -33,6 +33,7 @@ def fused_moe_a4w4(
     """
     require_gfx950()
     aiter = _import("aiter")
+    require_parameters(aiter.fused_moe, "fused_moe", ("hidden_pad", "intermediate_pad", "w1_scale", "quant_type"))
     fp4_utils = _import("aiter.utility.fp4_utils")
     shuffle = _import("aiter.ops.shuffle")
     dev = torch.device("cuda")

@@ -12,10 +12,11 @@ from dataclasses import dataclass
 
 import torch
 
+from contracts.errors import UnsupportedConfig
+from contracts.moe import TENSOR_DTYPES, AlignedMoe, MoeAlignment, MoeWeights
 from harness.repro import record_event
 from reference.errors import NanEncodingError
 from reference.formats import NVFP4_BLOCK, fp4_bytes_zero, scale_bytes_finite
-from subjects.moe import TENSOR_DTYPES, AlignedMoe, MoeAlignment, MoeWeights, UnsupportedConfig
 
 TENSORS = ("w13", "w13_scale", "w2", "w2_scale", "w13_bias", "w2_bias")
 

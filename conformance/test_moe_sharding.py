@@ -21,6 +21,8 @@ import torch
 from hypothesis import given
 
 from conformance.moe_checks import assert_embedded, assert_shapes, pad_rule
+from contracts.moe import AlignedMoe, MoeWeights, relayout_moe
+from contracts.moe_sharding import CONTRACT, MoeSharding, RankShard, ShardRefused
 from harness.repro import check, record_event, run_check
 from reference.layouts import Fc1Layout, relayout_fc1, split_fc1
 from reference.moe import GateUpOrder, activate, route, routed_groups
@@ -28,8 +30,6 @@ from strategies.moe import MoeShape, Sharding
 from strategies.moe_sharding import ShardingConfig, pinned_sharding, sharding_configs
 from strategies.pins import pinned_examples
 from strategies.tensors import MoeCase, dequantize_moe, moe_case
-from subjects.moe import AlignedMoe, MoeWeights, relayout_moe
-from subjects.moe_sharding import CONTRACT, MoeSharding, RankShard, ShardRefused
 
 pytestmark = [pytest.mark.contract(CONTRACT)]
 

@@ -27,6 +27,7 @@ _CONTRACT_MODULES = (
     "subjects.mxfp4_moe",
     "subjects.moe_sharding",
     "subjects.vllm",
+    "subjects.sglang",
 )
 
 

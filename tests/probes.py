@@ -14,9 +14,11 @@ import enum
 import torch
 
 from adapters import flashinfer as fi
-from subjects.moe import AlignedMoe, MoeAlignment, MoeWeights
-from subjects.mxfp4_linear import BuiltinMxfp4Linear, PreparedMxfp4Linear
-from subjects.nvfp4_moe import BuiltinNvfp4MoeAlignment, MoeBackend
+from backends.nvfp4_moe import Nvfp4MoeBackend
+from contracts.moe import AlignedMoe, MoeAlignment, MoeWeights
+from contracts.mxfp4_linear import PreparedMxfp4Linear
+from subjects.mxfp4_linear import BuiltinMxfp4Linear
+from subjects.nvfp4_moe import BuiltinNvfp4MoeAlignment
 
 # --- inputs unchanged ------------------------------------------------------------------------------
 
@@ -25,7 +27,7 @@ class ZeroRowThenPad(BuiltinNvfp4MoeAlignment):
     """Zeroes the first FC1 row of the caller's ``w13`` in place, then pads correctly: the padded
     output is consistent with the (now corrupted) input, so only an input check can see it."""
 
-    def align_moe(self, backend: MoeBackend, weights: MoeWeights, gated: bool) -> AlignedMoe:
+    def align_moe(self, backend: Nvfp4MoeBackend, weights: MoeWeights, gated: bool) -> AlignedMoe:
         weights.w13[:, 0].zero_()
         return super().align_moe(backend, weights, gated)
 
@@ -34,7 +36,7 @@ class PadThenScribble(BuiltinNvfp4MoeAlignment):
     """Pads correctly, then overwrites a byte of the caller's ``w2_scale``: the padded weights are
     right, the caller's reference is not."""
 
-    def align_moe(self, backend: MoeBackend, weights: MoeWeights, gated: bool) -> AlignedMoe:
+    def align_moe(self, backend: Nvfp4MoeBackend, weights: MoeWeights, gated: bool) -> AlignedMoe:
         aligned = super().align_moe(backend, weights, gated)
         weights.w2_scale[0, 0, 0] ^= 0x01
         return aligned
@@ -49,7 +51,7 @@ class WidenedDtypes(BuiltinNvfp4MoeAlignment):
     def __init__(self, dtype: torch.dtype) -> None:
         self.dtype = dtype
 
-    def align_moe(self, backend: MoeBackend, weights: MoeWeights, gated: bool) -> AlignedMoe:
+    def align_moe(self, backend: Nvfp4MoeBackend, weights: MoeWeights, gated: bool) -> AlignedMoe:
         aligned = super().align_moe(backend, weights, gated)
         w = aligned.weights
         widened = dataclasses.replace(
@@ -66,7 +68,7 @@ class FlashInferPadHelper:
     E4M3 0x38 for NVFP4), with the contract's sizes as its alignments (FC2 rows end at ``ru(H, 128)``,
     so ``H`` is aligned to 128 here)."""
 
-    def align_moe(self, backend: MoeBackend, weights: MoeWeights, gated: bool) -> AlignedMoe:
+    def align_moe(self, backend: Nvfp4MoeBackend, weights: MoeWeights, gated: bool) -> AlignedMoe:
         core = fi._import("flashinfer.fused_moe.core")
         out = core.pad_trtllm_moe_weights(
             weights.w13,

@@ -17,18 +17,21 @@ from pathlib import Path
 import pytest
 import torch
 
+from backends.nvfp4_moe import Nvfp4MoeBackend
 from conformance import test_nvfp4_moe as nvfp4
+from contracts.errors import UnsupportedConfig
+from contracts.mxfp4_linear import Mxfp4LinearKernelSelection
 from harness.inputs import InputModified, guard_inputs
 from strategies.moe import pinned_shape
-from subjects.moe import UnsupportedConfig
-from subjects.mxfp4_linear import BuiltinMxfp4Linear, Mxfp4LinearKernelSelection
-from subjects.nvfp4_moe import BuiltinNvfp4MoeAlignment, MoeBackend
+from strategies.tensors import moe_case
+from subjects.mxfp4_linear import BuiltinMxfp4Linear
+from subjects.nvfp4_moe import BuiltinNvfp4MoeAlignment
 from subjects.registry import named_subjects
 from tests.probes import PadThenScribble, ZeroRowThenPad
 
 ROOT = Path(__file__).resolve().parent.parent
 SHAPE = pinned_shape("gemma-4-26b-a4b", 4)
-TRTLLM = MoeBackend.FLASHINFER_TRTLLM
+TRTLLM = Nvfp4MoeBackend.FLASHINFER_TRTLLM
 CHECKS = (nvfp4.check_padding_invariance, nvfp4.check_layout_contract, nvfp4.check_minimal_and_idempotent)
 
 
@@ -51,12 +54,12 @@ def test_scribbling_after_padding_fails_with_input_modified() -> None:
 
 @pytest.mark.parametrize("name", sorted(n for n, s in named_subjects().items() if s.policy("nvfp4_moe")))
 def test_shipped_subjects_leave_inputs_unchanged(name: str) -> None:
-    if name == "vllm":
-        pytest.importorskip("vllm")
+    if name in ("vllm", "sglang"):
+        pytest.importorskip(name)
     policy = guard_inputs(named_subjects()[name].policy("nvfp4_moe"))
-    for backend in MoeBackend:
+    for backend in Nvfp4MoeBackend:
         with contextlib.suppress(UnsupportedConfig):  # a refusal is the properties' business, not the guard's
-            policy.align_moe(backend, nvfp4.moe_case(SHAPE, 16).weights, SHAPE.gated)
+            policy.align_moe(backend, moe_case(SHAPE, 16).weights, SHAPE.gated)
 
 
 def test_guard_reports_resizes_and_keeps_protocols() -> None:
@@ -80,7 +83,7 @@ def test_guard_compares_bytes_not_values() -> None:
             weights.w2_bias.neg_()  # 0.0 -> -0.0: equal values, different bytes
             return super().align_moe(backend, dataclasses.replace(weights, w2_bias=None), gated)
 
-    case = nvfp4.moe_case(SHAPE, 16).weights
+    case = moe_case(SHAPE, 16).weights
     weights = dataclasses.replace(case, w2_bias=torch.zeros(2, SHAPE.hidden))
     with pytest.raises(InputModified, match=r"weights\.w2_bias"):
         guard_inputs(NegateZeroBias()).align_moe(TRTLLM, weights, True)

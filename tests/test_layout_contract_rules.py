@@ -11,6 +11,8 @@ from __future__ import annotations
 import pytest
 import torch
 
+from backends.mxfp4_moe import Mxfp4MoeBackend
+from backends.nvfp4_moe import Nvfp4MoeBackend
 from conformance import test_mxfp4_moe as mxfp4
 from conformance import test_nvfp4_moe as nvfp4
 from conformance.moe_checks import pad_rule
@@ -18,11 +20,12 @@ from reference.errors import ShapeContractError
 from reference.formats import MXFP4_BLOCK, NVFP4_BLOCK, fp4_bytes_zero, scale_bytes_finite
 from strategies.moe import pinned_shape
 from strategies.mxfp4_moe import pinned_config
-from subjects.mxfp4_moe import BuiltinMxfp4MoeAlignment, Mxfp4MoeBackend
-from subjects.nvfp4_moe import BuiltinNvfp4MoeAlignment, MoeBackend
+from strategies.tensors import moe_case
+from subjects.mxfp4_moe import BuiltinMxfp4MoeAlignment
+from subjects.nvfp4_moe import BuiltinNvfp4MoeAlignment
 from tests.probes import FlashInferPadHelper, PadFill, WidenedDtypes
 
-TRTLLM = MoeBackend.FLASHINFER_TRTLLM
+TRTLLM = Nvfp4MoeBackend.FLASHINFER_TRTLLM
 NVFP4_SHAPES = [pinned_shape("gemma-4-26b-a4b", 4), pinned_shape("nemotron-3-nano-30b-a3b", 2)]
 MXFP4_CONFIG = pinned_config("gpt-oss-120b", 4, rank=-1)  # row-interleaved, biases, short last rank
 E4M3_ONE, UE8M0_ONE = 0x38, 127
@@ -66,7 +69,7 @@ def test_mxfp4_pairing_names_dtypes() -> None:
 @pytest.mark.parametrize("shape", NVFP4_SHAPES, ids=lambda s: s.describe()[:40])
 def test_flashinfer_pad_helper_passes(shape) -> None:
     """FlashInfer 0.7.4's ``pad_trtllm_moe_weights`` pads NVFP4 scales with E4M3 1.0 (0x38)."""
-    aligned = FlashInferPadHelper().align_moe(TRTLLM, nvfp4.moe_case(shape, NVFP4_BLOCK).weights, shape.gated)
+    aligned = FlashInferPadHelper().align_moe(TRTLLM, moe_case(shape, NVFP4_BLOCK).weights, shape.gated)
     assert (aligned.weights.w2_scale == E4M3_ONE).any(), "probe: FlashInfer's helper no longer fills scales with 1.0"
     nvfp4.check_layout_contract(shape, TRTLLM, FlashInferPadHelper())
     nvfp4.check_padding_invariance(shape, TRTLLM, FlashInferPadHelper())

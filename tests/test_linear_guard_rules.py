@@ -13,9 +13,10 @@ import dataclasses
 
 import pytest
 
+from backends.kernel_defects import AITER_LINEAR_DEFECTS, KernelDefect
+from conformance import linear_oracle as oracle
 from conformance import test_mxfp4_linear as linear
 from strategies.linear import LinearLayer, Parallel, ScaleShapeCase, linear_shape
-from subjects.kernel_defects import AITER_LINEAR_DEFECTS, KernelDefect
 from subjects.mxfp4_linear import BuiltinMxfp4Linear, LayoutOnlyGuardLinear
 from tests.probes import AvoidsRows, LargeLayerShortcut
 
@@ -50,7 +51,7 @@ def test_guard_with_a_size_threshold_sees_the_real_layer(monkeypatch: pytest.Mon
             return super().use_asm_gemm(scale_shape) and scale_shape[0] >= 256
 
     small_rows = dataclasses.replace(HYPOTHETICAL, applies=lambda shape: len(shape) == 2 and shape[0] < 256)
-    monkeypatch.setattr(linear, "AITER_LINEAR_DEFECTS", (*AITER_LINEAR_DEFECTS, small_rows))
+    monkeypatch.setattr(oracle, "AITER_LINEAR_DEFECTS", (*AITER_LINEAR_DEFECTS, small_rows))
     big_aligned = linear_shape(
         LinearLayer("adversarial", "linear", 32 * 304, 4096, Parallel.REPLICATED), 1, Parallel.REPLICATED, 3, 0
     )
@@ -61,7 +62,7 @@ def test_guard_with_a_size_threshold_sees_the_real_layer(monkeypatch: pytest.Mon
 
 
 def test_protocol_says_what_a_guard_may_read() -> None:
-    import subjects.mxfp4_linear as module
+    import contracts.mxfp4_linear as module
 
     assert "What a guard may read" in (module.__doc__ or "")
 
@@ -75,7 +76,7 @@ def test_fallback_without_a_documented_reason_fails() -> None:
 
 
 def test_routing_around_a_documented_defect_is_allowed(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(linear, "AITER_LINEAR_DEFECTS", (*AITER_LINEAR_DEFECTS, HYPOTHETICAL))
+    monkeypatch.setattr(oracle, "AITER_LINEAR_DEFECTS", (*AITER_LINEAR_DEFECTS, HYPOTHETICAL))
     case = ScaleShapeCase((64, 160), "probe")
     linear.check_asm_guard_truth_table(case, None, AvoidsRows(64))  # avoiding it is allowed ...
     linear.check_asm_guard_truth_table(case, None, BuiltinMxfp4Linear())  # ... not required
@@ -92,7 +93,7 @@ def test_required_defect_fails_with_its_report(monkeypatch: pytest.MonkeyPatch) 
         linear.check_asm_guard_truth_table(ScaleShapeCase((96, 160), "probe"), None, LayoutOnlyGuardLinear())
     linear.check_asm_guard_truth_table(ScaleShapeCase((96, 160), "probe"), None, BuiltinMxfp4Linear())
     required = dataclasses.replace(HYPOTHETICAL, required=True)
-    monkeypatch.setattr(linear, "AITER_LINEAR_DEFECTS", (*AITER_LINEAR_DEFECTS, required))
+    monkeypatch.setattr(oracle, "AITER_LINEAR_DEFECTS", (*AITER_LINEAR_DEFECTS, required))
     with pytest.raises(AssertionError, match=r"example\.invalid/probe"):
         linear.check_asm_guard_truth_table(ScaleShapeCase((64, 160), "probe"), None, BuiltinMxfp4Linear())
 

@@ -8,9 +8,10 @@ import pytest
 from hypothesis import given
 
 from conformance import test_moe_sharding as sharding
+from contracts.moe_sharding import ShardRefused
 from reference.layouts import Fc1Layout
 from strategies.moe_sharding import ShardingConfig, pinned_sharding, sharding_configs
-from subjects.moe_sharding import BuiltinMoeSharding, EvenSplitCutsGroups, FusedBlockSplit, ShardRefused, split_sizes
+from subjects.moe_sharding import BuiltinMoeSharding, EvenSplitCutsGroups, FusedBlockSplit, split_sizes
 from subjects.registry import contracts, known_bad
 
 GEMMA_TP8 = pinned_sharding("gemma-4-26b-a4b", 8)  # 704 / 8 = 88: an even split cuts 16-groups

@@ -41,7 +41,7 @@ AITER_LINEAR_DEFECTS: tuple[KernelDefect, ...] = (
         required=True,
     ),
 )
-"""Documented defects of AITER's MXFP4 linear kernels (``subjects.mxfp4_linear``)."""
+"""Documented defects of AITER's MXFP4 linear kernels (the paths of :mod:`backends.mxfp4_linear`)."""
 
 
 def covering(defects: tuple[KernelDefect, ...], path: str, scale_shape: tuple[int, ...]) -> list[KernelDefect]:
