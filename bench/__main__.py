@@ -10,7 +10,7 @@ import argparse
 import sys
 from pathlib import Path
 
-from bench.run import run
+from bench.run import readme_section, run, update_readme
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -30,6 +30,7 @@ def main(argv: list[str] | None = None) -> int:
     )
     parser.add_argument("--no-throughput", action="store_true", help="skip the pytest throughput pass")
     parser.add_argument("--out", type=Path, default=Path("results/bench"), help="output folder")
+    parser.add_argument("--readme", type=Path, help="also rewrite this README's generated bench section")
     args = parser.parse_args(argv)
     seeds = [0] if args.quick else list(range(args.seeds))
     budget = 25 if args.quick else args.budget
@@ -42,6 +43,10 @@ def main(argv: list[str] | None = None) -> int:
         with_throughput=not (args.quick or args.no_throughput),
     )
     print((args.out / "bench.md").read_text())
+    if args.readme:
+        options = "--quick" if args.quick else f"--seeds {args.seeds} --budget {budget} --rate-seeds {args.rate_seeds}"
+        options += "".join(f" --subject {s}" for s in args.subject or ())
+        update_readme(args.readme, readme_section(report, f"python -m bench {options}"))
     missed = [r["subject"] for r in report["suite"] if not r["with_pins"]["caught"].startswith(f"{len(seeds)}/")]
     if args.quick and missed:
         print(f"NOT CAUGHT on every seed: {', '.join(missed)}", file=sys.stderr)
