@@ -304,7 +304,9 @@ class Detection:
         }
 
 
-def detect(subject: Subject, seeds: Sequence[int], budget: int, rate_seeds: int | None = None) -> Detection:
+def detect(
+    subject: Subject, seeds: Sequence[int], budget: int, rate_seeds: int | None = None, draws: Draws | None = None
+) -> Detection:
     """Measure the three figures for ``subject`` over ``seeds``.
 
     Per seed: pins then the 25-example ci sequence; the 25-example sequence alone; the
@@ -316,7 +318,7 @@ def detect(subject: Subject, seeds: Sequence[int], budget: int, rate_seeds: int 
     checks are spared where a cheap check catches the same bug).
     """
     props = [p for contract in subject.policies for p in properties(contract)]
-    draws, outcomes = Draws(), Outcomes(subject)
+    draws, outcomes = draws or Draws(), Outcomes(subject)
 
     def drawn(prop: Property, seed: int, max_examples: int) -> list[Any]:
         return draws.get(prop.strategy, property_seed(prop.test, seed), max_examples)

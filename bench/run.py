@@ -26,7 +26,7 @@ from importlib import metadata
 from pathlib import Path
 from typing import Any
 
-from bench.detection import CHECK_MODULES, GOAL_RATE, GOAL_SEEDS, checks_of_module, detect
+from bench.detection import CHECK_MODULES, GOAL_RATE, GOAL_SEEDS, Draws, checks_of_module, detect
 from harness.hardware import machine
 from subjects.registry import Subject, backends, known_bad, resolve
 
@@ -230,10 +230,10 @@ def run(
 
     start = time.perf_counter()
     chosen = chosen_subjects(subjects)
-    suite = []
+    suite, draws = [], Draws()
     for subject in chosen:
         began = time.perf_counter()
-        suite.append(detect(subject, seeds, budget, rate_seeds).row())
+        suite.append(detect(subject, seeds, budget, rate_seeds, draws).row())
         print(f"bench: {subject.name} measured in {time.perf_counter() - began:.0f} s", file=sys.stderr, flush=True)
     grids = []
     for grid, contract, configs in grid_configs():
