@@ -6,7 +6,9 @@ Options (``pytest --help``, group "fp4-conformance"):
   (``bad-...``), ``vllm``, or ``package.module:attribute``.
 * ``--backend NAME``: run only this kernel-library backend (repeatable).
 * ``--model NAME --tp N [--ep]``: pin the strategies to one catalogued model's shapes.
-* ``--fp4-db PATH``: example database of the ``nightly`` / ``triage`` profiles.
+* ``--fp4-db SPEC``: example database (a directory, or ``redis://HOST:PORT/DB`` shared by a
+  fleet; :mod:`harness.database`), ``--fp4-db-readonly`` to replay a shared one without writing.
+* ``--shard INDEX/COUNT``: run one deterministic slice of the collected tests (:mod:`harness.shard`).
 * ``--results DIR``: where reproduction scripts and the summary are written (``results``).
 
 Markers: ``contract(name)`` names a test's contract; ``cuda``, ``sm90``, ``sm100``, ``gfx950``,
@@ -25,7 +27,8 @@ from pathlib import Path
 import pytest
 from hypothesis import settings
 
-from harness import devices, hardware, profiles, repro
+from harness import database, devices, hardware, profiles, repro, shard
+from harness.report import run_record
 from strategies.catalog import MODELS, TP_DEGREES
 from strategies.pins import Pin, set_pin
 
@@ -44,7 +47,14 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     group.addoption("--model", help=f"pin strategies to a catalogued model ({', '.join(sorted(MODELS))})")
     group.addoption("--tp", type=int, help=f"pin the tensor-parallel degree ({', '.join(map(str, TP_DEGREES))})")
     group.addoption("--ep", action="store_true", default=None, help="pin expert parallelism on")
-    group.addoption("--fp4-db", help="example database path for the nightly/triage profiles (or FP4_DB)")
+    group.addoption(
+        "--fp4-db",
+        help="example database: a directory or redis://HOST:PORT/DB (or FP4_DB); used by every profile but ci",
+    )
+    group.addoption(
+        "--fp4-db-readonly", action="store_true", help="replay the shared (Redis) database without writing to it"
+    )
+    group.addoption("--shard", help="run only shard INDEX of COUNT (INDEX/COUNT, e.g. 0/4), split by node id")
     group.addoption("--results", default="results", help="folder for reproduction scripts and the summary")
 
 
@@ -58,8 +68,24 @@ def pytest_configure(config: pytest.Config) -> None:
     for marker, text in MARKERS.items():
         config.addinivalue_line("markers", f"{marker}: {text}")
     name = profiles.selected_profile(config.getoption("hypothesis_profile", None))
-    profiles.register_profiles(config.getoption("fp4_db"))
-    settings.load_profile(name)
+    config.fp4_profile = name
+    spec = config.getoption("fp4_db") or os.environ.get("FP4_DB")
+    readonly = config.getoption("fp4_db_readonly")
+    db = None
+    if spec or readonly or name in profiles.DATABASE_PROFILES:
+        try:
+            db = database.open_database(spec, readonly=readonly)
+        except database.DatabaseError as exc:
+            raise pytest.UsageError(str(exc)) from None
+    try:
+        settings.load_profile(profiles.with_database(name, db, explicit=bool(spec)))
+    except ValueError as exc:
+        raise pytest.UsageError(str(exc)) from None
+    if config.getoption("shard"):
+        try:
+            config.fp4_shard = shard.parse_shard(config.getoption("shard"))
+        except ValueError as exc:
+            raise pytest.UsageError(str(exc)) from None
     model, tp = config.getoption("model"), config.getoption("tp")
     if model is not None and model not in MODELS:
         raise pytest.UsageError(f"--model {model!r} is not catalogued; choose one of: {', '.join(sorted(MODELS))}")
@@ -110,7 +136,9 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
     metafunc.parametrize("backend", params)
 
 
+@pytest.hookimpl(trylast=True)
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    _select_shard(config, items)
     subject = config.fp4_subject
     machine = hardware.machine()
     for item in items:
@@ -131,6 +159,16 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
             item.add_marker(pytest.mark.skip(reason=f"subject {subject.name} does not implement contract {contract}"))
 
 
+def _select_shard(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """``--shard INDEX/COUNT``: deselect every test outside this host's shard."""
+    if not getattr(config, "fp4_shard", None):
+        return
+    index, count = config.fp4_shard
+    kept = shard.keep([item.nodeid for item in items], index, count)
+    config.hook.pytest_deselected(items=[item for item in items if item.nodeid not in kept])
+    items[:] = [item for item in items if item.nodeid in kept]
+
+
 @pytest.fixture
 def policy(request: pytest.FixtureRequest):
     """The selected subject's policy for the requesting test's contract."""
@@ -149,7 +187,8 @@ def pytest_runtest_setup(item: pytest.Item) -> None:
 def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo):
     outcome = yield
     report = outcome.get_result()
-    failure = repro.LAST_FAILURE.pop(item.nodeid, None)
+    last = repro.LAST_FAILURE.pop(item.nodeid, None)
+    failure = repro.reported_reproduction(call.excinfo.value if call.excinfo else None) or last
     if report.when == "call" and report.failed and failure is not None:
         script = repro.write_script(item.config.fp4_results, item.nodeid, failure)
         report.sections.append(("fp4 reproduction", f"{failure.command()}\nscript: {script}"))
@@ -259,3 +298,10 @@ def pytest_terminal_summary(terminalreporter, exitstatus: int, config: pytest.Co
     results = config.fp4_results
     results.mkdir(parents=True, exist_ok=True)
     (results / "summary.json").write_text(json.dumps(rows, indent=2))
+    record = run_record(
+        subject=config.getoption("subject"),
+        profile=config.fp4_profile,
+        shard=config.getoption("shard"),
+        workers=getattr(config.option, "numprocesses", None),
+    )
+    (results / "run.json").write_text(json.dumps(record, indent=2))

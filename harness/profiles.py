@@ -4,9 +4,16 @@ Selected by ``--hypothesis-profile NAME`` or the environment variable ``FP4_PROF
 
 * ``ci``: derandomized, 25 examples, no database, quick on 2 CPU cores.
 * ``nightly``: 500 examples, deadline off for GPU kernels, example database at ``--fp4-db`` /
-  ``FP4_DB`` (default ``.hypothesis/fp4-nightly``) so failures replay the next night.
+  ``FP4_DB`` (default ``.hypothesis/fp4-nightly``; ``redis://...`` shares it across a fleet,
+  :mod:`harness.database`) so failures replay the next night, on every host.
+
+An explicit ``--fp4-db`` / ``FP4_DB`` gives every profile but ``ci`` that database (``bench``
+then saves what its search finds, for a triage host to replay); ``ci`` is derandomized and
+refuses one.
 * ``bench``: no database and no ``@example`` pins, up to 200 generated examples per property: measures how
   fast generation alone finds a bug (``python -m bench``).
+* ``replay``: only replays the example database (``--fp4-db``), no pins, no generation: a
+  pre-merge run that re-checks the fleet's stored failures (with ``--fp4-db-readonly``).
 * ``triage``: replays the database and ``@example`` pins first (explicit + reuse phases run
   before generation), stops at the first bug, verbose, statistics printed.
 """
@@ -16,9 +23,10 @@ from __future__ import annotations
 import os
 
 from hypothesis import HealthCheck, Phase, Verbosity, settings
-from hypothesis.database import DirectoryBasedExampleDatabase
+from hypothesis.database import DirectoryBasedExampleDatabase, ExampleDatabase
 
-PROFILES = ("ci", "nightly", "triage", "dev", "bench")
+PROFILES = ("ci", "nightly", "triage", "dev", "bench", "replay")
+DATABASE_PROFILES = ("nightly", "triage", "replay")  # profiles that use the example database without --fp4-db
 DEFAULT_DB = ".hypothesis/fp4-nightly"
 _SUPPRESS = [HealthCheck.too_slow, HealthCheck.data_too_large, HealthCheck.function_scoped_fixture]
 
@@ -33,6 +41,7 @@ def register_profiles(database_path: str | None = None) -> None:
     settings.register_profile(
         "bench", max_examples=200, database=None, phases=(Phase.generate, Phase.target, Phase.shrink), **common
     )
+    settings.register_profile("replay", database=db, phases=(Phase.reuse,), report_multiple_bugs=False, **common)
     settings.register_profile(
         "triage",
         max_examples=200,
@@ -42,6 +51,19 @@ def register_profiles(database_path: str | None = None) -> None:
         phases=(Phase.explicit, Phase.reuse, Phase.generate, Phase.target, Phase.shrink),
         **common,
     )
+
+
+def with_database(name: str, database: ExampleDatabase | None, *, explicit: bool) -> str:
+    """The profile to load: ``name`` with ``database`` (when given), registered as ``name``.
+
+    ``explicit`` (the user named a database) with the derandomized ``ci`` profile is a ValueError.
+    """
+    if database is None:
+        return name
+    if explicit and name == "ci":
+        raise ValueError("the ci profile is derandomized and uses no example database; drop --fp4-db or FP4_DB")
+    settings.register_profile(name, parent=settings.get_profile(name), database=database)
+    return name
 
 
 def selected_profile(option: str | None, env: dict[str, str] = os.environ) -> str:

@@ -2,9 +2,10 @@
 
 Properties are written as *checks*: ``check(config, backend, policy)`` functions decorated with
 :func:`check`, run from the Hypothesis test through :func:`run_check`. On failure the exception
-gets a note with the one-line command (``python -m harness.repro ...``), and the last failing
-call of each test (Hypothesis replays the shrunk example last) is kept so the plugin can write a
-script under the results folder. Before a GPU kernel check runs, its reproduction is written to
+gets a note with the one-line command (``python -m harness.repro ...``) and carries its
+:class:`Reproduction`, so the plugin writes the script of the example Hypothesis reports
+(:func:`reported_reproduction`; when several pinned examples fail, that is the first of them,
+not the last one run). Before a GPU kernel check runs, its reproduction is written to
 an in-flight file, so a worker killed by a device fault still leaves it behind.
 
 Usage: ``python -m harness.repro MODULE:CHECK --subject NAME [--backend NAME] --config JSON``.
@@ -153,11 +154,23 @@ def run_check(
             stats.first_failure_seconds = time.perf_counter() - stats.started
         if hasattr(exc, "add_note"):
             exc.add_note(f"reproduce: {repro.command()}")
+        exc.__fp4_reproduction__ = repro  # type: ignore[attr-defined]
         raise
     finally:
         stats.seconds = time.perf_counter() - stats.started
         if inflight is not None:
             inflight.unlink(missing_ok=True)
+
+
+def reported_reproduction(exc: BaseException | None) -> Reproduction | None:
+    """The reproduction of the failure Hypothesis raised: ``exc``'s own, or for an exception group
+    (several failing examples) that of its first member, in the order Hypothesis ran them."""
+    if exc is None:
+        return None
+    found = getattr(exc, "__fp4_reproduction__", None)
+    if found is None:  # an exception group (``exceptions``: its members)
+        found = next((r for e in getattr(exc, "exceptions", ()) if (r := reported_reproduction(e)) is not None), None)
+    return found
 
 
 def _expect_failure(fn: Callable[..., None], config: Any, backend: Any, policy: Any, known: Any) -> None:
