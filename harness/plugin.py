@@ -12,7 +12,7 @@ Options (``pytest --help``, group "fp4-conformance"):
 * ``--results DIR``: where reproduction scripts and the summary are written (``results``).
 
 Markers: ``contract(name)`` names a test's contract; ``cuda``, ``sm90``, ``sm100``, ``gfx950``,
-``flashinfer``, ``aiter``, ``vllm`` name requirements, and a test whose requirement is unmet is
+``flashinfer``, ``aiter``, ``aiter_triton``, ``vllm`` name requirements, and a test whose requirement is unmet is
 skipped with a reason that names what is missing.
 """
 
@@ -139,10 +139,11 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     for item in items:
         contract = _contract(item)
         backend = getattr(item, "callspec", None) and item.callspec.params.get("backend")
+        modes = [label for req, label in hardware.MODE_LABELS.items() if item.get_closest_marker(req)]
         item.user_properties += [
             ("contract", contract or "self-test"),
             ("backend", getattr(backend, "value", "-")),
-            ("hardware", machine.describe()),
+            ("hardware", " · ".join([machine.describe(), *modes])),
         ]
         for requirement in hardware.REQUIREMENTS:
             if item.get_closest_marker(requirement) and (reason := hardware.missing(requirement, machine)):
