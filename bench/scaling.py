@@ -11,6 +11,10 @@ Also listed: the slowest properties' examples per second in the first run. Writt
 ``cuda``, ``sm90``, ``sm100``, ``gfx950``) run once first, untimed, so that JIT builds and caches
 are not charged to the first row.
 
+``--baseline-root PATH`` (another checkout, for example the commit before a speed-up) adds an A/B
+of the slowest properties: each checkout runs them in one process with one torch thread, back to
+back on this host, and the report gives both examples/s.
+
 The variables ``OMP_NUM_THREADS`` and ``MKL_NUM_THREADS`` are removed from the runs' environment
 so that the plugin sizes the thread pools; ``--threads T`` sets them to ``T`` instead (for example
 to measure the unsplit default, one thread per core in every worker).
@@ -134,6 +138,28 @@ def slowest(run: dict[str, Any], n: int = 8) -> list[dict[str, Any]]:
     return sorted(rows, key=lambda r: r["examples_per_second"])[:n]
 
 
+def throughput(nodes: list[str], profile: str, root: Path) -> dict[str, float]:
+    """Examples per second of ``nodes`` run in one process with one torch thread in checkout ``root``."""
+    with tempfile.TemporaryDirectory() as tmp:
+        cmd = [sys.executable, "-m", "pytest", *nodes, "-q", "-p", "no:cacheprovider", "-p", "no:xdist"]
+        cmd += ["--hypothesis-profile", profile, "--results", tmp]
+        subprocess.run(cmd, cwd=root, env=pytest_env(profile, 1, root), capture_output=True, timeout=7200)
+        stats: dict[str, dict[str, Any]] = {}
+        for path in Path(tmp).glob("stats-*.json"):
+            stats.update(json.loads(path.read_text()))
+    return {n: round(s["examples"] / max(s["seconds"], 1e-9), 1) for n, s in stats.items() if s["examples"]}
+
+
+def compare(nodes: list[str], profile: str, root: Path, baseline: Path) -> list[dict[str, Any]]:
+    """``nodes``' examples/s in ``baseline`` and in ``root``, measured back to back."""
+    before, after = throughput(nodes, profile, baseline), throughput(nodes, profile, root)
+    return [
+        {"property": n, "baseline": before.get(n), "this": after.get(n),
+         "ratio": round(after[n] / before[n], 2) if before.get(n) and after.get(n) else None}
+        for n in nodes
+    ]  # fmt: skip
+
+
 def host() -> dict[str, Any]:
     """What the numbers were measured on: cores, machine, versions, commit."""
     import torch
@@ -189,6 +215,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--threads", type=int, help="force this many torch threads in every worker")
     parser.add_argument("--require-speedup", type=float, help="exit 1 unless the last row is this much faster")
     parser.add_argument("--root", type=Path, default=ROOT, help="checkout to run (default: this one)")
+    parser.add_argument("--baseline-root", type=Path, help="another checkout: A/B of the slowest properties")
     parser.add_argument("--out", type=Path, default=Path("results/scaling"), help="output folder")
     args = parser.parse_args(argv)
     labels = args.workers.split(",") if args.workers else default_workers(usable_cores())
@@ -208,6 +235,10 @@ def main(argv: list[str] | None = None) -> int:
         "warmup_s": None if warmup is None else round(warmup, 1),
         "runs": [row(label, run, first) for label, run in runs],
         "slowest": slowest(first),
+        "baseline": str(args.baseline_root) if args.baseline_root else None,
+        "ab": compare([s["property"] for s in slowest(first, 4)], args.profile, root, args.baseline_root.resolve())
+        if args.baseline_root
+        else [],
         "errors": {label: run["tail"] for label, run in runs if run["tail"]},
     }
     args.out.mkdir(parents=True, exist_ok=True)
