@@ -60,6 +60,14 @@ def outcomes(junit: Path) -> dict[str, str]:
     return result
 
 
+def longest(junit: Path, n: int = 5) -> list[tuple[str, float]]:
+    """The ``n`` longest tests of a JUnit XML report: with many workers they bound the wall time."""
+    cases = [
+        (f"{c.get('classname')}::{c.get('name')}", float(c.get("time") or 0)) for c in ET.parse(junit).iter("testcase")
+    ]
+    return [(name, round(t, 1)) for name, t in sorted(cases, key=lambda c: -c[1])[:n]]
+
+
 KERNEL_MARKERS = "cuda or sm90 or sm100 or gfx950"
 
 
@@ -105,6 +113,7 @@ def run_once(workers: str, targets: list[str], profile: str, threads: int | None
             "wall_s": wall,
             "records": records,
             "outcomes": outcomes(junit) if junit.exists() else {},
+            "longest": longest(junit) if junit.exists() else [],
             "examples": {node: s["examples"] for node, s in stats.items()},
             "stats": stats,
         }
@@ -124,6 +133,7 @@ def row(label: str, run: dict[str, Any], first: dict[str, Any]) -> dict[str, Any
         "startup_max_s": round(max(startups), 2) if startups else None,
         **counts,
         "returncode": run["returncode"],
+        "longest_tests_s": run["longest"],
         "same_results": run["outcomes"] == first["outcomes"] and run["examples"] == first["examples"],
     }
 
@@ -198,6 +208,12 @@ def markdown(report: dict[str, Any]) -> str:
             f"| {r['startup_median_s']} / {r['startup_max_s']} | {r['passed']} / {r['failed']} / {r['skipped']} "
             f"| {'yes' if r['same_results'] else 'NO'} |"
         )
+    last = report["runs"][-1]
+    out += [
+        "",
+        f"Longest tests at `-n {last['workers']}` (a run is never shorter than its longest test plus start-up):",
+    ]
+    out += [""] + [f"- `{name}`: {t} s" for name, t in last["longest_tests_s"]]
     out += ["", f"Slowest properties in the first run ({report['runs'][0]['workers']} worker(s)):", ""]
     out += ["| property | examples | s | examples/s |", "|---|---|---|---|"]
     out += [

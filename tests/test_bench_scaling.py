@@ -38,6 +38,7 @@ def _run(wall: float, outcome: str = "passed", examples: int = 25) -> dict:
         "returncode": 0,
         "records": [{"worker": "gw0", "threads": 4, "cores": 16, "startup_s": 3.0}],
         "outcomes": {"t::a": outcome},
+        "longest": [("t::a", 2.0)],
         "examples": {"t::a": examples},
         "stats": {"t::a": {"examples": examples, "seconds": 2.0}},
     }
