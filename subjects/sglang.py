@@ -38,16 +38,18 @@ from unittest import mock
 
 import torch
 
+from backends.mxfp4_linear import AiterLinearPath
+from backends.mxfp4_moe import CONTRACT as MXFP4_MOE
+from backends.mxfp4_moe import Mxfp4MoeBackend
+from backends.nvfp4_moe import CONTRACT as NVFP4_MOE
+from backends.nvfp4_moe import Nvfp4MoeBackend
+from contracts.moe import AlignedMoe, MoeWeights
+from contracts.mxfp4_linear import CONTRACT as MXFP4_LINEAR
+from contracts.mxfp4_linear import PreparedMxfp4Linear
 from reference.formats import MxScaleRounding
 from reference.layouts import aiter_shuffle_weight, unswizzle_128x4
 from reference.sizes import round_up
-from subjects.moe import AlignedMoe, MoeWeights
-from subjects.mxfp4_linear import CONTRACT as MXFP4_LINEAR
-from subjects.mxfp4_linear import AiterLinearPath, PreparedMxfp4Linear
-from subjects.mxfp4_moe import CONTRACT as MXFP4_MOE
-from subjects.mxfp4_moe import BuiltinMxfp4MoeAlignment, Mxfp4MoeBackend
-from subjects.nvfp4_moe import CONTRACT as NVFP4_MOE
-from subjects.nvfp4_moe import MoeBackend
+from subjects.mxfp4_moe import BuiltinMxfp4MoeAlignment
 from subjects.registry import KnownFailure, Subject, register_subject
 from subjects.vllm import QUANTIZER_ROUNDING
 
@@ -281,8 +283,8 @@ def fused_moe_layer(
 # --- nvfp4_moe: ModelOptNvFp4FusedMoEMethod ----------------------------------------------------------
 
 NVFP4_BACKENDS = {
-    MoeBackend.FLASHINFER_TRTLLM: "flashinfer_trtllm",
-    MoeBackend.FLASHINFER_CUTLASS: "flashinfer_cutlass",
+    Nvfp4MoeBackend.FLASHINFER_TRTLLM: "flashinfer_trtllm",
+    Nvfp4MoeBackend.FLASHINFER_CUTLASS: "flashinfer_cutlass",
 }
 """The suite's NVFP4 MoE backends as SGLang ``--moe-runner-backend`` values."""
 
@@ -332,7 +334,7 @@ class SglangNvfp4MoeAlignment:
       is read off ``w2`` (the CUTLASS runner takes it from the weight shapes).
     """
 
-    def align_moe(self, backend: MoeBackend, weights: MoeWeights, gated: bool) -> AlignedMoe:
+    def align_moe(self, backend: Nvfp4MoeBackend, weights: MoeWeights, gated: bool) -> AlignedMoe:
         with moe_backend(NVFP4_BACKENDS[backend], **BLACKWELL) as m:
             config = m.modelopt.ModelOptFp4Config(
                 is_checkpoint_nvfp4_serialized=True, group_size=16, use_per_token_activation=False
@@ -346,7 +348,7 @@ class SglangNvfp4MoeAlignment:
             )  # fmt: skip
             method.create_moe_runner(layer, layer.moe_runner_config)
             load_nvfp4_checkpoint(layer, weights, gated)
-            if backend is MoeBackend.FLASHINFER_TRTLLM:
+            if backend is Nvfp4MoeBackend.FLASHINFER_TRTLLM:
                 return self._trtllm(m, method, layer)
             method.process_weights_after_loading(layer)
             return self._cutlass(layer, h)
@@ -464,7 +466,7 @@ class SglangQuarkMxfp4Linear:
       ASM scale swizzle are SGLang's; the ASM weight shuffle is the reference's.
     * The path is ASM when the layer's ``use_aiter_asm_fp4_gemm`` is set. On the Triton path SGLang keeps
       the scale as loaded, ``(N, K/32)``, and hands it to ``gemm_afp4wfp4`` as is; the suite's
-      :class:`~subjects.mxfp4_linear.PreparedMxfp4Linear` states the Triton scale in vLLM's storage,
+      :class:`~contracts.mxfp4_linear.PreparedMxfp4Linear` states the Triton scale in vLLM's storage,
       ``(K/32, N)`` whose ``.T`` the GEMM gets, so the adapter reports ``scale.T.contiguous()``: the same
       GEMM operand.
     * ``use_asm_gemm(shape)``: the path that processing takes, ASM enabled, for a layer whose scale has
@@ -560,7 +562,7 @@ class SglangMxfp4MoeAlignment(BuiltinMxfp4MoeAlignment):
     ``_padded_intermediate`` / ``_padded_hidden``.
 
     Only the sizes are SGLang's: the zero padding per gate/up half and the FC1 row order are the built-in
-    policy's (``subjects.moe.pad_moe``, ``reference.padding``), as for the vLLM subject; SGLang's
+    policy's (``contracts.moe.pad_moe``, ``reference.padding``), as for the vLLM subject; SGLang's
     ``Mxfp4MoEMethod`` serves gpt-oss-style checkpoints, and the Quark OCP-MX family
     (``QuarkW4A4MXFp4MoE``) is sized by the same rounding here.
     """
@@ -632,7 +634,7 @@ SGLANG_KNOWN_FAILURES: tuple[KnownFailure, ...] = (
         "(Gemma-4-26B-A4B TP=2, Step-3.7-Flash TP=8); open fix: PR #30888",
         "https://github.com/sgl-project/sglang/issues/30887",
         applies=_gated_rows_not_128,
-        backend=MoeBackend.FLASHINFER_CUTLASS.value,
+        backend=Nvfp4MoeBackend.FLASHINFER_CUTLASS.value,
     ),
     *(
         KnownFailure(
@@ -643,7 +645,7 @@ SGLANG_KNOWN_FAILURES: tuple[KnownFailure, ...] = (
             "found by this suite, not reported upstream",
             f"{SGLANG_SOURCE}/layers/moe/moe_runner/flashinfer_trtllm.py",
             applies=_hidden_not_128,
-            backend=MoeBackend.FLASHINFER_TRTLLM.value,
+            backend=Nvfp4MoeBackend.FLASHINFER_TRTLLM.value,
             check=check,
         )
         for check in ("check_flashinfer_accepts", "check_prepare_round_trip")
@@ -656,7 +658,7 @@ SGLANG_KNOWN_FAILURES: tuple[KnownFailure, ...] = (
         "settled by trtllm_fp4_block_scale_moe on a B200 at H = 2688 against the reference",
         f"{SGLANG_SOURCE}/layers/moe/moe_runner/flashinfer_trtllm.py",
         applies=_hidden_128_not_256,
-        backend=MoeBackend.FLASHINFER_TRTLLM.value,
+        backend=Nvfp4MoeBackend.FLASHINFER_TRTLLM.value,
         check="check_flashinfer_accepts",
     ),
     *(
