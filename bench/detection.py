@@ -39,6 +39,7 @@ from hypothesis import seed as hypothesis_seed
 from hypothesis.strategies import SearchStrategy
 
 from adapters.flashinfer import LibraryUnavailable
+from backends import record
 from harness import hardware
 from subjects.registry import Subject, backends
 
@@ -76,19 +77,28 @@ def _marks(obj: Any) -> list[Any]:
     return list(marks) if isinstance(marks, list | tuple) else [marks]
 
 
-def _runnable_here(test: Callable[..., Any], module: Any, machine: hardware.Machine) -> bool:
-    names = {m.name for m in _marks(test) + _marks(module)}
+def _runnable_here(names: set[str], machine: hardware.Machine) -> bool:
     return not any(hardware.missing(r, machine) for r in hardware.REQUIREMENTS if r in names)
 
 
-def _test_backends(test: Callable[..., Any], contract: str) -> tuple[enum.Enum | None, ...]:
+def _test_backends(
+    test: Callable[..., Any], contract: str, marks: list[Any], machine: hardware.Machine
+) -> tuple[enum.Enum | None, ...]:
+    """The backends pytest runs ``test`` against on ``machine``, as the plugin parametrizes them: the
+    contract's records (narrowed by ``@pytest.mark.backends``), each gated by its record's markers."""
     inner = test.hypothesis.inner_test
     if "backend" not in inner.__code__.co_varnames[: inner.__code__.co_argcount]:
         return (None,)
-    for mark in _marks(test):
-        if mark.name == "parametrize" and mark.args[0] == "backend":
-            return tuple(mark.args[1])
-    return backends(contract)
+    chosen = next((m for m in marks if m.name == "backends"), None)
+    members, kernel = (chosen.args, chosen.kwargs.get("kernel", False)) if chosen else ((), False)
+    out = []
+    for member in members or backends(contract):
+        r = record(member)
+        if kernel and not r.kernel_requires:
+            continue
+        if _runnable_here({*r.requires, *(r.kernel_requires if kernel else ())}, machine):
+            out.append(member)
+    return tuple(out)
 
 
 def checks_of_module(module_name: str, contract: str) -> list[Callable[..., None]]:
@@ -110,7 +120,8 @@ def properties(contract: str, machine: hardware.Machine | None = None) -> list[P
         checks = {f.__name__: f for f in checks_of_module(module_name, contract)}
         for name, test in vars(module).items():
             handle = getattr(test, "hypothesis", None)
-            if not name.startswith("test_") or handle is None or not _runnable_here(test, module, machine):
+            marks = _marks(test) + _marks(module)
+            if not name.startswith("test_") or handle is None or not _runnable_here({m.name for m in marks}, machine):
                 continue
             called = [checks[n] for n in handle.inner_test.__code__.co_names if n in checks]
             if len(called) != 1 or len(handle._given_kwargs) != 1:
@@ -118,7 +129,7 @@ def properties(contract: str, machine: hardware.Machine | None = None) -> list[P
             ((argname, strategy),) = handle._given_kwargs.items()
             explicit = reversed(getattr(test, "hypothesis_explicit_examples", ()))
             pins = tuple(ex.kwargs[argname] for ex in explicit if argname in ex.kwargs)
-            for backend in _test_backends(test, contract):
+            for backend in _test_backends(test, contract, marks, machine):
                 out.append(Property(f"{module_name.rpartition('.')[2]}::{name}", called[0], strategy, pins, backend))
     return out
 

@@ -7,11 +7,13 @@ bench shows whether generation finds bugs nobody pinned.
 
 from __future__ import annotations
 
-from subjects.mxfp4_linear import ASM_FORCE_TRITON_SCALE_ROWS, BuiltinMxfp4Linear
-from subjects.mxfp4_linear import CONTRACT as LINEAR
+from backends.mxfp4_linear import ASM_FORCE_TRITON_SCALE_ROWS
+from contracts.mxfp4_linear import CONTRACT as LINEAR
+from contracts.shared_expert import CONTRACT as SHARED
+from contracts.shared_expert import SharedExpertPlacement, SharedExpertSetup
+from subjects.mxfp4_linear import BuiltinMxfp4Linear
 from subjects.registry import Subject
-from subjects.shared_expert import CONTRACT as SHARED
-from subjects.shared_expert import BuiltinSharedExpert, SharedExpertPlacement, SharedExpertSetup, fse_resolved
+from subjects.shared_expert import BuiltinSharedExpert, fse_resolved
 
 
 class ColsMod4Guard(BuiltinMxfp4Linear):

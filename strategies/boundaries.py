@@ -2,9 +2,9 @@
 
 Every rule the suite checks reads a size modulo a few numbers: FlashInfer's NVFP4 MoE preparation
 wants a gated intermediate size % 64 (non-gated % 128) and a hidden size % 256 (TRT-LLM) or % 16
-(CUTLASS) (``subjects.nvfp4_moe.required_sizes``); the MXFP4 MoE backends round to 64, 128 or 256
-(``subjects.mxfp4_moe.FORMATS``); AITER's unpadded ASM scale swizzle needs scale rows % 32 and
-columns % 8, and vLLM sends 96-row scales to Triton (``subjects.mxfp4_linear``); a shared
+(CUTLASS); the MXFP4 MoE backends round to 64, 128 or 256 (both from the backend records,
+:mod:`backends`); AITER's unpadded ASM scale swizzle needs scale rows % 32 and columns % 8, and
+vLLM sends 96-row scales to Triton (``backends.mxfp4_linear``); a shared
 expert's even split keeps whole 32-element groups only when ``I % (32·tp) == 0``. A size drawn
 uniformly lands in the residue class where a wrong rule differs from the right one rarely (a
 guard reading ``cols % 4`` instead of ``cols % 8`` differs on ``cols ≡ 4 (mod 8)`` only), so the
@@ -21,27 +21,33 @@ from collections.abc import Sequence
 
 from hypothesis import strategies as st
 
+from backends import records
+from backends.mxfp4_linear import ASM_FORCE_TRITON_SCALE_ROWS
 from reference.formats import MXFP4_BLOCK
-from subjects.mxfp4_linear import ASM_FORCE_TRITON_SCALE_ROWS
-from subjects.mxfp4_moe import FORMATS
 
 GENERIC_MODULI = (8, 16, 32, 64, 128, 256)
 """Powers of two that alignment rules of FP4 kernels read (tile, swizzle and vector widths)."""
 
+
+def _record_multiples(contract: str, *fields: str) -> tuple[int, ...]:
+    return tuple(sorted({getattr(r, f) for r in records(contract) for f in fields}))
+
+
 RULE_MODULI: dict[str, tuple[int, ...]] = {
-    # subjects.nvfp4_moe.required_sizes: gated Ip % 64 (F·Ip % 128, Ip/16 % 4), non-gated % 128
-    "nvfp4_moe.intermediate": (64, 128),
-    # TRT-LLM NVFP4 hidden % 256, CUTLASS % 16
-    "nvfp4_moe.hidden": (16, 256),
-    "mxfp4_moe.intermediate": tuple(sorted({f.intermediate_multiple for f in FORMATS.values()})),
-    "mxfp4_moe.hidden": tuple(sorted({f.hidden_multiple for f in FORMATS.values()})),
-    # AITER ASM scale swizzle (reference.layouts.asm_scale_swizzle_ok): rows % 32, cols % 8
+    "nvfp4_moe.intermediate": _record_multiples(
+        "nvfp4_moe", "intermediate_multiple", "intermediate_multiple_non_gated"
+    ),
+    "nvfp4_moe.hidden": _record_multiples("nvfp4_moe", "hidden_multiple"),
+    "mxfp4_moe.intermediate": _record_multiples("mxfp4_moe", "intermediate_multiple"),
+    "mxfp4_moe.hidden": _record_multiples("mxfp4_moe", "hidden_multiple"),
+    # reference.layouts.asm_scale_swizzle_ok: the unpadded ASM scale view needs rows % 32, cols % 8
     "mxfp4_linear.scale_rows": (32,),
     "mxfp4_linear.scale_cols": (8,),
     # a shared expert's split keeps whole OCP-MX groups when I % (32·tp) == 0 (times tp at draw time)
     "shared_expert.intermediate": (MXFP4_BLOCK,),
 }
-"""Each rule's own moduli, keyed ``contract.size``; strategies add :data:`GENERIC_MODULI`."""
+"""Each rule's own moduli, keyed ``contract.size``: the MoE backends' multiples from their records
+(:mod:`backends`), the ASM swizzle's and the shared-expert split's; strategies add :data:`GENERIC_MODULI`."""
 
 SPECIAL_SIZES: dict[str, tuple[int, ...]] = {
     "mxfp4_linear.scale_rows": tuple(sorted(ASM_FORCE_TRITON_SCALE_ROWS)),

@@ -14,8 +14,14 @@ import json
 import pytest
 from hypothesis import given
 
-from conformance.test_mxfp4_linear import REGRESSIONS, VLLM_GUARD_TABLE, asm_supported
-from conformance.test_shared_expert import REFUSED, VLLM_DECISION_TABLE, expected_placement
+from backends.mxfp4_linear import VLLM_GUARD_TABLE, AiterLinearPath
+from backends.mxfp4_linear import asm_gemm_eligible as asm_supported
+from conformance.regressions import MXFP4_LINEAR_REGRESSIONS as REGRESSIONS
+from conformance.shared_expert_oracle import REFUSED, VLLM_DECISION_TABLE, expected_placement
+from contracts.mxfp4_linear import CONTRACT as LINEAR
+from contracts.mxfp4_linear import Mxfp4LinearKernelSelection
+from contracts.shared_expert import CONTRACT as SHARED
+from contracts.shared_expert import SharedExpertPlacement, SharedExpertPolicy
 from strategies.linear import (
     ActivationBlocks,
     Mxfp4LinearShape,
@@ -28,11 +34,9 @@ from strategies.linear import (
     scale_shapes,
 )
 from strategies.shared_expert import SharedExpertCase, dense_layer_shapes, shared_expert_cases
-from subjects.mxfp4_linear import CONTRACT as LINEAR
-from subjects.mxfp4_linear import AiterLinearPath, BuiltinMxfp4Linear, Mxfp4LinearKernelSelection
+from subjects.mxfp4_linear import BuiltinMxfp4Linear
 from subjects.registry import backends, builtin, contracts, known_bad, resolve
-from subjects.shared_expert import CONTRACT as SHARED
-from subjects.shared_expert import BuiltinSharedExpert, SharedExpertPlacement, SharedExpertPolicy
+from subjects.shared_expert import BuiltinSharedExpert
 
 KNOWN_BAD = {
     "bad-no-asm-guard": {LINEAR},
@@ -68,7 +72,8 @@ def test_external_policy_resolves_by_protocol() -> None:
 
 
 @pytest.mark.parametrize(
-    ("n", "want"), [(12, 12), (96, 96), (128, 128), (160, 128), (2560, 128), (2561, 97), (130, 98)]
+    ("n", "want"),
+    [(12, 12), (96, 96), (128, 128), (160, 160), (192, 160), (2560, 160), (2561, 129), (130, 130), (161, 129)],
 )
 def test_reduce_rows(n: int, want: int) -> None:
     assert reduce_rows(n) == want
@@ -78,11 +83,12 @@ def test_reduce_rows(n: int, want: int) -> None:
 def test_reduction_keeps_the_guard_answer(shape: Mxfp4LinearShape) -> None:
     reduced = (shape.n, shape.k // 32)
     assert asm_supported(tuple(shape.scale_shape)) == asm_supported(reduced)
+    assert (shape.n > 128) == (shape.scale_shape[0] > 128)  # SGLang's ASM threshold
     assert asm_supported(tuple(shape.scale_shape)) == asm_supported(
         (shape.prep_shape()[0], shape.prep_shape()[1] // 32)
     )
     assert shape.real_n % 32 == shape.n % 32 and shape.real_k % 256 == shape.k % 256
-    assert shape.n <= 128 and shape.k <= 512 and shape.k % 32 == 0
+    assert shape.n <= 160 and shape.k <= 512 and shape.k % 32 == 0
 
 
 @given(shape=linear_shapes())
