@@ -62,11 +62,6 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     group.addoption("--results", default="results", help="folder for reproduction scripts and the summary")
 
 
-@pytest.hookimpl(optionalhook=True)
-def pytest_xdist_auto_num_workers(config: pytest.Config) -> int:
-    return devices.auto_workers(hardware.count_gpus_without_init(), os.cpu_count() or 1)
-
-
 def pytest_configure(config: pytest.Config) -> None:
     devices.pin_worker()
     for marker, text in MARKERS.items():
