@@ -147,7 +147,7 @@ def grid_catches(subject: Subject, contract: str, configs: list[Any]) -> tuple[b
 
     Checks that need absent hardware or libraries raise ``LibraryUnavailable`` and count as not run.
     """
-    from adapters.flashinfer import LibraryUnavailable
+    from contracts.errors import LibraryUnavailable
 
     policy = subject.policy(contract)
     for config in configs:

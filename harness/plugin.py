@@ -4,15 +4,18 @@ Options (``pytest --help``, group "fp4-conformance"):
 
 * ``--subject SPEC``: the implementation under test: ``builtin`` (default), a known-bad name
   (``bad-...``), ``vllm``, or ``package.module:attribute``.
-* ``--backend NAME``: run only this kernel-library backend (repeatable).
+* ``--backend NAME``: run only this kernel-library backend (repeatable); contract tests of other
+  backends, or of none, are deselected.
 * ``--model NAME --tp N [--ep]``: pin the strategies to one catalogued model's shapes.
 * ``--fp4-db SPEC``: example database (a directory, or ``redis://HOST:PORT/DB`` shared by a
   fleet; :mod:`harness.database`), ``--fp4-db-readonly`` to replay a shared one without writing.
 * ``--shard INDEX/COUNT``: run one deterministic slice of the collected tests (:mod:`harness.shard`).
 * ``--results DIR``: where reproduction scripts and the summary are written (``results``).
 
-Markers: ``contract(name)`` names a test's contract; ``cuda``, ``sm90``, ``sm100``, ``gfx950``,
-``flashinfer``, ``aiter``, ``aiter_triton``, ``vllm`` name requirements, and a test whose requirement is unmet is
+Markers: ``contract(name)`` names a test's contract; ``backends(*members, kernel=False)`` narrows
+the ``backend`` parameters (which come from the backend records, :mod:`backends`); ``cuda``,
+``sm90``, ``sm100``, ``gfx950``, ``flashinfer``, ``aiter``, ``aiter_triton``, ``vllm`` name
+requirements, and a test whose requirement is unmet is
 skipped with a reason that names what is missing.
 """
 
@@ -36,6 +39,7 @@ profiles.register_profiles()
 
 MARKERS = {
     "contract(name)": "the contract (subject protocol) a property checks",
+    "backends(*members, kernel=False)": "run only against these backends (or those whose record has a kernel)",
     **{name: f"requires {what}" for name, what in hardware.REQUIREMENTS.items()},
 }
 
@@ -118,26 +122,48 @@ def _contract(item: pytest.Item) -> str | None:
 
 
 def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
+    """Parametrize ``backend`` from the contract's backend records (:mod:`backends`).
+
+    ``@pytest.mark.backends(*members)`` narrows a test to those members, ``kernel=True`` to backends
+    whose record has a kernel runner; each parameter carries its record's requirement markers
+    (``kernel_requires`` too for kernel tests), so hardware and library gating follow the records.
+    """
     marker = metafunc.definition.get_closest_marker("contract")
-    explicit = any(m.args and m.args[0] == "backend" for m in metafunc.definition.iter_markers("parametrize"))
-    if "backend" not in metafunc.fixturenames or marker is None or explicit:
+    if "backend" not in metafunc.fixturenames or marker is None:
         return
+    from backends import record
     from subjects.registry import backends
 
-    wanted = set(metafunc.config.getoption("backend"))
-    params = [
-        pytest.param(
-            b,
-            id=b.value,
-            marks=() if not wanted or b.value in wanted else pytest.mark.skip(reason=f"--backend excludes {b.value}"),
-        )
-        for b in backends(marker.args[0])
-    ]
+    chosen = metafunc.definition.get_closest_marker("backends")
+    members, kernel = (chosen.args, chosen.kwargs.get("kernel", False)) if chosen else ((), False)
+    params = []
+    for b in members or backends(marker.args[0]):
+        r = record(b)
+        if kernel and not r.kernel_requires:
+            continue
+        requires = dict.fromkeys((*r.requires, *(r.kernel_requires if kernel else ())))
+        params.append(pytest.param(b, id=b.value, marks=[getattr(pytest.mark, m) for m in requires]))
     metafunc.parametrize("backend", params)
+
+
+def _deselect_other_backends(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """``--backend``: keep only contract tests parametrized with a named backend (and every self-test)."""
+    wanted = set(config.getoption("backend"))
+    if not wanted:
+        return
+    keep, drop = [], []
+    for item in items:
+        backend = getattr(getattr(item, "callspec", None), "params", {}).get("backend")
+        runs = _contract(item) is None or getattr(backend, "value", None) in wanted
+        (keep if runs else drop).append(item)
+    if drop:
+        config.hook.pytest_deselected(items=drop)
+        items[:] = keep
 
 
 @pytest.hookimpl(trylast=True)
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    _deselect_other_backends(config, items)
     _select_shard(config, items)
     subject = config.fp4_subject
     machine = hardware.machine()

@@ -29,7 +29,7 @@ from typing import Any
 import pytest
 from hypothesis import currently_in_test_context, event, note, target
 
-from adapters.flashinfer import LibraryUnavailable
+from contracts.errors import LibraryUnavailable
 
 ROOT = Path(__file__).resolve().parent.parent
 

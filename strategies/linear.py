@@ -12,15 +12,12 @@ reduced sizes that keep what the guards look at: N keeps its residue mod 32, whe
 the ASM GEMM); K keeps its residue mod 256 (see :func:`reduce_rows`,
 :func:`strategies.moe.reduce_size`). Token counts include 1-4 and non-multiples of 32.
 
-Layer sizes: shared experts come from ``strategies.catalog``; the GDN ``in_proj_ba`` is from
-``models.md`` §6 / vLLM PR #55213; the other dense projections are head counts x head_dim and
-dense MLP sizes from the models' ``config.json`` (not in the shared docs; only their residues
-matter to the contract).
+Layer sizes: shared experts and the dense projections come from the model catalogue
+(``strategies.catalog``).
 """
 
 from __future__ import annotations
 
-import enum
 import math
 from dataclasses import dataclass
 
@@ -28,7 +25,7 @@ import torch
 from hypothesis import strategies as st
 
 from reference.formats import MXFP4_BLOCK
-from strategies.catalog import MODELS, TP_DEGREES
+from strategies.catalog import MODELS, TP_DEGREES, Parallel
 from strategies.config import Config
 from strategies.moe import reduce_size
 from strategies.pins import current_pin
@@ -39,14 +36,6 @@ PREP_BYTES_MAX = 8 << 20
 """Preparation properties use the real rank-local tensors when the packed weight fits in this."""
 SCALE_BYTES = (118, 136)
 """UE8M0 weight-scale bytes drawn in ``[118, 136)``: 2^-9 .. 2^8, finite, never 0 or 0xFF."""
-
-
-class Parallel(enum.Enum):
-    """How a rank holds a linear layer (vLLM's parallel linear classes)."""
-
-    COLUMN = "column"  # ColumnParallelLinear / Merged / QKV: N = out / tp, K = in
-    ROW = "row"  # RowParallelLinear: N = out, K = in / tp
-    REPLICATED = "replicated"  # ReplicatedLinear, TP=1 or disable_tp=True: N = out, K = in
 
 
 @dataclass(frozen=True)
@@ -74,30 +63,12 @@ def _shared_expert_layers() -> tuple[LinearLayer, ...]:
     return tuple(layers)
 
 
-_C, _R, _REP = Parallel.COLUMN, Parallel.ROW, Parallel.REPLICATED
-DENSE_LAYERS: tuple[LinearLayer, ...] = (
-    # vLLM PR #55213 / models.md §6 give K 5120; vLLM PR #58139 and AITER PR #5669 name the (96, 5120) layer
-    # Qwen3.8-27B (hidden 5120). With Flash-Next's hidden 2560 the scale is (96, 80): the same guard answers.
-    LinearLayer("qwen3.8-flash-next", "linear_attn.in_proj_ba", 5120, 96, _C),
-    LinearLayer("deepseek-v3", "self_attn.fused_qkv_a_proj", 7168, 1536 + 576, _REP),
-    LinearLayer("deepseek-v3", "self_attn.q_b_proj", 1536, 128 * 192, _C),
-    LinearLayer("deepseek-v3", "self_attn.kv_b_proj", 512, 128 * 256, _C),
-    LinearLayer("deepseek-v3", "self_attn.o_proj", 128 * 128, 7168, _R),
-    LinearLayer("deepseek-v3", "mlp.gate_up_proj", 7168, 2 * 18432, _C),
-    LinearLayer("deepseek-v3", "mlp.down_proj", 18432, 7168, _R),
-    LinearLayer("gpt-oss-120b", "self_attn.qkv_proj", 2880, 64 * 64 + 2 * 8 * 64, _C, max_tp=8),
-    LinearLayer("gpt-oss-120b", "self_attn.o_proj", 64 * 64, 2880, _R),
-    LinearLayer("qwen3-30b-a3b", "self_attn.qkv_proj", 2048, 32 * 128 + 2 * 4 * 128, _C, max_tp=4),
-    LinearLayer("qwen3-30b-a3b", "self_attn.o_proj", 32 * 128, 2048, _R),
-    LinearLayer("qwen3-235b-a22b", "self_attn.qkv_proj", 4096, 64 * 128 + 2 * 4 * 128, _C, max_tp=4),
-    LinearLayer("qwen3-235b-a22b", "self_attn.o_proj", 64 * 128, 4096, _R),
-    LinearLayer("llama-4-scout", "self_attn.qkv_proj", 5120, 40 * 128 + 2 * 8 * 128, _C, max_tp=8),
-    LinearLayer("llama-4-scout", "self_attn.o_proj", 40 * 128, 5120, _R, max_tp=8),
-    LinearLayer("gemma-4-26b-a4b", "mlp.gate_up_proj", 2816, 2 * 2112, _C),
-    LinearLayer("gemma-4-26b-a4b", "mlp.down_proj", 2112, 2816, _R),
-    LinearLayer("glm-4.5", "mlp.gate_up_proj", 5120, 2 * 12288, _C),
-    LinearLayer("glm-4.5", "mlp.down_proj", 12288, 5120, _R),
+DENSE_LAYERS: tuple[LinearLayer, ...] = tuple(
+    LinearLayer(m.name, d.name, d.in_features, d.out_features, d.parallel, max_tp=d.max_tp)
+    for m in MODELS.values()
+    for d in m.dense_layers
 )
+"""The catalogue's dense projections (:attr:`strategies.catalog.ModelShape.dense_layers`)."""
 
 LINEAR_LAYERS: tuple[LinearLayer, ...] = _shared_expert_layers() + DENSE_LAYERS
 

@@ -19,7 +19,7 @@ from hypothesis import strategies as st
 
 from reference.moe import Activation
 from reference.sizes import whole_block_split
-from strategies.catalog import GEGLU, GPT_OSS, MODELS, RELU2, SWIGLU, TP_DEGREES, ModelShape
+from strategies.catalog import GEGLU, GPT_OSS, MODELS, RELU2, SWIGLU, TP_DEGREES, Loader, ModelShape
 from strategies.config import Config
 from strategies.pins import current_pin
 
@@ -86,7 +86,7 @@ def rank_local(global_size: int, tp: int, ep: bool, group: int, whole_block: boo
 
 
 @st.composite
-def _catalog_layer(draw: st.DrawFn, group: int) -> tuple[ModelShape, int, bool]:
+def _catalog_layer(draw: st.DrawFn) -> tuple[ModelShape, int, bool]:
     pin = current_pin()
     names = [pin.model] if pin.model else sorted(MODELS)
     m = MODELS[draw(st.sampled_from(names))]
@@ -107,9 +107,9 @@ def moe_shapes(draw: st.DrawFn, group: int = 16, activations: tuple[Activation, 
         m = ModelShape("adversarial", 32 * draw(st.integers(1, 96)), local * tp, 0, 8, 8, SWIGLU)
         activation = draw(st.sampled_from(activations))
     else:
-        m, tp, ep = draw(_catalog_layer(group))
+        m, tp, ep = draw(_catalog_layer())
         activation = m.activation if m.activation in activations else draw(st.sampled_from(activations))
-    _, per_rank = rank_local(m.moe_intermediate, tp, ep, group, whole_block=m.name.startswith("gpt-oss"))
+    _, per_rank = rank_local(m.moe_intermediate, tp, ep, group, whole_block=m.loader is Loader.WHOLE_BLOCK)
     rank = draw(st.sampled_from([r for r, n in enumerate(per_rank) if n > 0]))
     experts = draw(st.integers(1, 4))
     return layer_shape(
@@ -139,7 +139,7 @@ def layer_shape(
     seed: int,
 ) -> MoeShape:
     """Rank ``rank``'s :class:`MoeShape` of model ``m``, sizes reduced (see module docstring)."""
-    sharding, per_rank = rank_local(m.moe_intermediate, tp, ep, group, whole_block=m.name.startswith("gpt-oss"))
+    sharding, per_rank = rank_local(m.moe_intermediate, tp, ep, group, whole_block=m.loader is Loader.WHOLE_BLOCK)
     buffer, real = per_rank[0], per_rank[rank]
     reduced = reduce_size(buffer)
     return MoeShape(

@@ -14,11 +14,11 @@ from dataclasses import dataclass
 
 from hypothesis import strategies as st
 
+from contracts.shared_expert import SharedExpertPlacement, SharedExpertSetup
 from strategies.catalog import MODELS, TP_DEGREES
 from strategies.config import Config
 from strategies.linear import LinearLayer, Mxfp4LinearShape, Parallel, linear_shape, rank_local
 from strategies.pins import current_pin
-from subjects.shared_expert import SharedExpertPlacement, SharedExpertSetup
 
 QUARK_OCP_MX_GROUP = 32
 

@@ -42,16 +42,18 @@ from unittest import mock
 
 import torch
 
+from backends.mxfp4_linear import AiterLinearPath
+from backends.mxfp4_moe import CONTRACT as MXFP4_MOE
+from backends.mxfp4_moe import Mxfp4MoeBackend
+from backends.nvfp4_moe import CONTRACT as NVFP4_MOE
+from backends.nvfp4_moe import Nvfp4MoeBackend
+from contracts.moe import AlignedMoe, MoeWeights
+from contracts.mxfp4_linear import CONTRACT as MXFP4_LINEAR
+from contracts.mxfp4_linear import PreparedMxfp4Linear
 from reference.formats import MxScaleRounding
 from reference.layouts import aiter_shuffle_weight, unswizzle_128x4
 from reference.sizes import round_up
-from subjects.moe import AlignedMoe, MoeWeights
-from subjects.mxfp4_linear import CONTRACT as MXFP4_LINEAR
-from subjects.mxfp4_linear import AiterLinearPath, PreparedMxfp4Linear
-from subjects.mxfp4_moe import CONTRACT as MXFP4_MOE
-from subjects.mxfp4_moe import BuiltinMxfp4MoeAlignment, Mxfp4MoeBackend
-from subjects.nvfp4_moe import CONTRACT as NVFP4_MOE
-from subjects.nvfp4_moe import MoeBackend
+from subjects.mxfp4_moe import BuiltinMxfp4MoeAlignment
 from subjects.registry import KnownFailure, Subject, register_subject
 from subjects.vllm import QUANTIZER_ROUNDING
 
@@ -241,8 +243,8 @@ def sglang_layer_context(runner_backend: str, platform: dict[str, bool], tp: int
 # --- nvfp4_moe: ModelOptNvFp4FusedMoEMethod ----------------------------------------------------------
 
 NVFP4_BACKENDS = {
-    MoeBackend.FLASHINFER_TRTLLM: "flashinfer_trtllm",
-    MoeBackend.FLASHINFER_CUTLASS: "flashinfer_cutlass",
+    Nvfp4MoeBackend.FLASHINFER_TRTLLM: "flashinfer_trtllm",
+    Nvfp4MoeBackend.FLASHINFER_CUTLASS: "flashinfer_cutlass",
 }
 """The suite's NVFP4 MoE backends as SGLang ``--moe-runner-backend`` values."""
 
@@ -276,7 +278,7 @@ def load_nvfp4_checkpoint(layer: torch.nn.Module, weights: MoeWeights, gated: bo
 
 @contextlib.contextmanager
 def nvfp4_fused_moe(
-    backend: MoeBackend, experts: int, hidden: int, intermediate: int, gated: bool, tp: int = 1, rank: int = 0
+    backend: Nvfp4MoeBackend, experts: int, hidden: int, intermediate: int, gated: bool, tp: int = 1, rank: int = 0
 ) -> Iterator[tuple[types.SimpleNamespace, torch.nn.Module]]:
     """A real ``FusedMoE`` of rank ``rank`` of ``tp`` for a static-scale ModelOpt NVFP4 checkpoint
     (``ModelOptFp4Config``, group 16, no per-token activation) of global ``intermediate`` size, under
@@ -298,7 +300,7 @@ def nvfp4_fused_moe(
 
 
 def load_nvfp4_rank(
-    backend: MoeBackend, checkpoint: MoeWeights, gated: bool, tp: int, rank: int
+    backend: Nvfp4MoeBackend, checkpoint: MoeWeights, gated: bool, tp: int, rank: int
 ) -> tuple[MoeWeights, int]:
     """Rank ``rank`` of ``tp``'s expert buffers after SGLang's loader has read the whole (unsharded)
     ``checkpoint``: a real ``FusedMoE`` of that rank (:func:`nvfp4_fused_moe`) and
@@ -335,11 +337,11 @@ class SglangNvfp4MoeAlignment:
     ``reference.sizes.padded_split``) is :func:`load_nvfp4_rank`'s, checked by ``tests/test_sglang_subject.py``.
     """
 
-    def align_moe(self, backend: MoeBackend, weights: MoeWeights, gated: bool) -> AlignedMoe:
+    def align_moe(self, backend: Nvfp4MoeBackend, weights: MoeWeights, gated: bool) -> AlignedMoe:
         e, h, i = weights.w13.shape[0], weights.hidden_size, weights.intermediate_size
         with nvfp4_fused_moe(backend, e, h, i, gated) as (m, layer):
             load_nvfp4_checkpoint(layer, weights, gated)
-            if backend is MoeBackend.FLASHINFER_TRTLLM:
+            if backend is Nvfp4MoeBackend.FLASHINFER_TRTLLM:
                 return self._trtllm(m, layer.quant_method, layer)
             layer.quant_method.process_weights_after_loading(layer)
             return self._cutlass(layer, h)
@@ -457,7 +459,7 @@ class SglangQuarkMxfp4Linear:
       ASM scale swizzle are SGLang's; the ASM weight shuffle is the reference's.
     * The path is ASM when the layer's ``use_aiter_asm_fp4_gemm`` is set. On the Triton path SGLang keeps
       the scale as loaded, ``(N, K/32)``, and hands it to ``gemm_afp4wfp4`` as is; the suite's
-      :class:`~subjects.mxfp4_linear.PreparedMxfp4Linear` states the Triton scale in vLLM's storage,
+      :class:`~contracts.mxfp4_linear.PreparedMxfp4Linear` states the Triton scale in vLLM's storage,
       ``(K/32, N)`` whose ``.T`` the GEMM gets, so the adapter reports ``scale.T.contiguous()``: the same
       GEMM operand.
     * ``use_asm_gemm(shape)``: the path that processing takes, ASM enabled, for a layer whose scale has
@@ -537,7 +539,7 @@ class SglangMxfp4MoeAlignment(BuiltinMxfp4MoeAlignment):
     ``_padded_intermediate`` / ``_padded_hidden``.
 
     Only the sizes are SGLang's: the zero padding per gate/up half and the FC1 row order are the built-in
-    policy's (``subjects.moe.pad_moe``, ``reference.padding``), as for the vLLM subject; SGLang's
+    policy's (``contracts.moe.pad_moe``, ``reference.padding``), as for the vLLM subject; SGLang's
     ``Mxfp4MoEMethod`` serves gpt-oss-style checkpoints, and the Quark OCP-MX family
     (``QuarkW4A4MXFp4MoE``) is sized by the same rounding here.
     """
@@ -609,7 +611,7 @@ SGLANG_KNOWN_FAILURES: tuple[KnownFailure, ...] = (
         "(Gemma-4-26B-A4B TP=2, Step-3.7-Flash TP=8); open fix: PR #30888",
         "https://github.com/sgl-project/sglang/issues/30887",
         applies=_gated_rows_not_128,
-        backend=MoeBackend.FLASHINFER_CUTLASS.value,
+        backend=Nvfp4MoeBackend.FLASHINFER_CUTLASS.value,
     ),
     *(
         KnownFailure(
@@ -620,7 +622,7 @@ SGLANG_KNOWN_FAILURES: tuple[KnownFailure, ...] = (
             "found by this suite, not reported upstream",
             f"{SGLANG_SOURCE}/layers/moe/moe_runner/flashinfer_trtllm.py",
             applies=_hidden_not_128,
-            backend=MoeBackend.FLASHINFER_TRTLLM.value,
+            backend=Nvfp4MoeBackend.FLASHINFER_TRTLLM.value,
             check=check,
         )
         for check in ("check_flashinfer_accepts", "check_prepare_round_trip")
@@ -633,7 +635,7 @@ SGLANG_KNOWN_FAILURES: tuple[KnownFailure, ...] = (
         "settled by trtllm_fp4_block_scale_moe on a B200 at H = 2688 against the reference",
         f"{SGLANG_SOURCE}/layers/moe/moe_runner/flashinfer_trtllm.py",
         applies=_hidden_128_not_256,
-        backend=MoeBackend.FLASHINFER_TRTLLM.value,
+        backend=Nvfp4MoeBackend.FLASHINFER_TRTLLM.value,
         check="check_flashinfer_accepts",
     ),
     *(
