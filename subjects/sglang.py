@@ -527,40 +527,47 @@ MXFP4_BACKENDS: dict[Mxfp4MoeBackend, tuple[str, dict[str, bool], dict[str, bool
 environment at import (``SGLANG_USE_AITER`` on ROCm; FlashInfer's SM90 mixed-GEMM helpers, PR #3084)."""
 
 
+@functools.cache
+def mxfp4_fused_moe_sizes(backend: Mxfp4MoeBackend, hidden: int, intermediate: int) -> tuple[int, int]:
+    """``(Ip, Hp)`` of a real one-expert ``FusedMoE`` of ``Mxfp4MoEMethod`` under ``backend``'s selection
+    (:data:`MXFP4_BACKENDS`, TP 1); cached, since SGLang's sizes depend on nothing else."""
+    runner, platform, switches = MXFP4_BACKENDS[backend]
+    with sglang_layer_context(runner, platform) as m, contextlib.ExitStack() as stack:
+        for name, value in switches.items():
+            stack.enter_context(mock.patch.object(m.mxfp4, name, value))
+        config = m.mxfp4.Mxfp4Config(is_checkpoint_mxfp4_serialized=True)
+        layer = m.FusedMoE(
+            num_experts=1, hidden_size=hidden, intermediate_size=intermediate, layer_id=0, top_k=1,
+            quant_config=config, prefix="model.layers.0.mlp.experts", activation="silu", with_bias=True,
+        )  # fmt: skip
+    method = layer.quant_method
+    if not isinstance(method, m.mxfp4.Mxfp4MoEMethod):
+        raise SglangSourceMismatch(f"Mxfp4Config gave FusedMoE a {type(method).__name__}, not Mxfp4MoEMethod")
+    if backend is Mxfp4MoeBackend.FLASHINFER_CUTLASS_SM90:
+        return method._padded_intermediate, method._padded_hidden
+    return layer.w13_weight.shape[1] // 2, 2 * layer.w13_weight.shape[2]
+
+
 class SglangMxfp4MoeAlignment(BuiltinMxfp4MoeAlignment):
     """Sizes from a real ``FusedMoE`` of SGLang's ``Mxfp4MoEMethod`` (``quantization/mxfp4.py``), for the
     SGLang backend :data:`MXFP4_BACKENDS` names.
 
-    ``FusedMoE(num_experts, hidden, intermediate, quant_config=Mxfp4Config(is_checkpoint_mxfp4_serialized=True))``
-    runs its own constructor (:func:`sglang_layer_context`) at TP 1: ``FusedMoE.__init__``'s hidden rounding
-    for ``flashinfer_mxfp4`` and ``Mxfp4MoEMethod.create_weights``' per-backend rounding decide the buffer,
-    read back as ``(w13_weight.shape[1] / 2, 2 · w13_weight.shape[2])``. FlashInfer's SM90 CUTLASS path
+    ``FusedMoE(1, hidden, intermediate, quant_config=Mxfp4Config(is_checkpoint_mxfp4_serialized=True))``
+    (:func:`mxfp4_fused_moe_sizes`) runs its own constructor (:func:`sglang_layer_context`) at TP 1:
+    ``FusedMoE.__init__``'s hidden rounding for ``flashinfer_mxfp4`` and ``Mxfp4MoEMethod.create_weights``'
+    per-backend rounding decide the buffer, read back as ``(w13_weight.shape[1] / 2, 2 · w13_weight.shape[2])``. FlashInfer's SM90 CUTLASS path
     allocates the unpadded buffer and rebuilds a padded one after loading; its sizes are the method's
     ``_padded_intermediate`` / ``_padded_hidden``.
 
     Only the sizes are SGLang's: the zero padding per gate/up half and the FC1 row order are the built-in
-    policy's (``contracts.moe.pad_moe``, ``reference.padding``), as for the vLLM subject; SGLang's
-    ``Mxfp4MoEMethod`` serves gpt-oss-style checkpoints, and the Quark OCP-MX family
-    (``QuarkW4A4MXFp4MoE``) is sized by the same rounding here.
+    policy's (``contracts.moe.pad_moe``, ``reference.padding``), as for the vLLM subject. SGLang's
+    ``Mxfp4MoEMethod`` serves gpt-oss-style checkpoints; stacked ``[gate; up]`` checkpoints (Quark OCP-MX,
+    SGLang's ``QuarkW4A4MXFp4MoE``) are sized here by the same method's rounding, not by that scheme's own
+    (not adapted).
     """
 
     def sizes(self, backend: Mxfp4MoeBackend, weights: MoeWeights) -> tuple[int, int]:
-        runner, platform, switches = MXFP4_BACKENDS[backend]
-        with sglang_layer_context(runner, platform) as m, contextlib.ExitStack() as stack:
-            for name, value in switches.items():
-                stack.enter_context(mock.patch.object(m.mxfp4, name, value))
-            config = m.mxfp4.Mxfp4Config(is_checkpoint_mxfp4_serialized=True)
-            layer = m.FusedMoE(
-                num_experts=weights.w13.shape[0], hidden_size=weights.hidden_size,
-                intermediate_size=weights.intermediate_size, layer_id=0, top_k=1, quant_config=config,
-                prefix="model.layers.0.mlp.experts", activation="silu", with_bias=True,
-            )  # fmt: skip
-        method = layer.quant_method
-        if not isinstance(method, m.mxfp4.Mxfp4MoEMethod):
-            raise SglangSourceMismatch(f"Mxfp4Config gave FusedMoE a {type(method).__name__}, not Mxfp4MoEMethod")
-        if backend is Mxfp4MoeBackend.FLASHINFER_CUTLASS_SM90:
-            return method._padded_intermediate, method._padded_hidden
-        return layer.w13_weight.shape[1] // 2, 2 * layer.w13_weight.shape[2]
+        return mxfp4_fused_moe_sizes(backend, weights.hidden_size, weights.intermediate_size)
 
 
 # --- known upstream bugs -----------------------------------------------------------------------------
