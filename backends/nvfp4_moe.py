@@ -128,8 +128,8 @@ RECORDS = (
         requires=("flashinfer",),
         kernel_requires=("sm100", "flashinfer"),
         sources=(
+            "flashinfer-python 0.7.4 flashinfer/fused_moe/core.py (row-index helpers, pad_trtllm_moe_weights)",
             "https://github.com/vllm-project/vllm/issues/46879",
-            "https://github.com/flashinfer-ai/flashinfer/blob/v0.7.4/flashinfer/fused_moe/core.py",
         ),
         fc1_layout=Fc1Layout.UP_GATE,
         intermediate_multiple=64,
@@ -149,8 +149,8 @@ RECORDS = (
         entry_point="flashinfer.fused_moe.cutlass_fused_moe",
         kernel_requires=("sm100", "flashinfer"),
         sources=(
+            "flashinfer-ai/flashinfer tests/moe/test_trtllm_cutlass_fused_moe.py (test_moe_nvfp4)",
             "https://github.com/vllm-project/vllm/issues/57125",
-            "https://github.com/flashinfer-ai/flashinfer/blob/v0.7.4/tests/moe/test_trtllm_cutlass_fused_moe.py",
         ),
         fc1_layout=Fc1Layout.UP_GATE,
         intermediate_multiple=64,
