@@ -173,12 +173,22 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
         ]
         for requirement in hardware.REQUIREMENTS:
             if item.get_closest_marker(requirement) and (reason := hardware.missing(requirement, machine)):
-                item.add_marker(pytest.mark.skip(reason=reason))
+                item.add_marker(pytest.mark.skip(reason=reason + _backend_note(backend)))
                 break
         if contract is None:
             continue
         if subject.policy(contract) is None:
             item.add_marker(pytest.mark.skip(reason=f"subject {subject.name} does not implement contract {contract}"))
+
+
+def _backend_note(backend: object) -> str:
+    """For a backend-parametrized test: what the backend runs and where its rules come from (its record)."""
+    if backend is None:
+        return ""
+    from backends import record
+
+    r = record(backend)
+    return f" ({r.name}: {r.entry_point}; {r.sources[0]})"
 
 
 def _select_shard(config: pytest.Config, items: list[pytest.Item]) -> None:
