@@ -15,14 +15,12 @@ FSE on (fused; the old order replicated it and crashed the ASM swizzle on scale 
 from __future__ import annotations
 
 import pytest
-from hypothesis import given
 
 from conformance.test_mxfp4_linear import process, swizzle_error
-from harness.repro import check, record_event, run_check
+from harness.properties import check, record_event
 from reference.errors import ShapeContractError
 from reference.formats import MXFP4_BLOCK
 from reference.sizes import even_split
-from strategies.pins import pinned_examples
 from strategies.shared_expert import SharedExpertCase, dense_layer_shapes, shared_expert_case, shared_expert_cases
 from subjects.mxfp4_linear import BuiltinMxfp4Linear, Mxfp4LinearKernelSelection
 from subjects.shared_expert import CONTRACT, SharedExpertPlacement, SharedExpertPolicy, SharedExpertSetup
@@ -48,8 +46,8 @@ VLLM_DECISION_TABLE = (
 )
 """vLLM's ``_should_replicate_misaligned_shared_expert`` unit tests (group 32) and the FSE ordering cases."""
 
-
-pinned = pinned_examples("case", [case for case, _ in VLLM_DECISION_TABLE])
+PINS = [case for case, _ in VLLM_DECISION_TABLE]
+"""Pinned regressions of every property (run first, filtered by ``--model/--tp/--ep``)."""
 
 
 def expected_placement(setup: SharedExpertSetup) -> SharedExpertPlacement | str:
@@ -81,7 +79,7 @@ def decide(policy: SharedExpertPolicy, case: SharedExpertCase) -> tuple[SharedEx
     return placement, None
 
 
-@check(CONTRACT, SharedExpertCase)
+@check(CONTRACT, SharedExpertCase, strategy=shared_expert_cases(), pins=PINS)
 def check_fusion_resolved_first(case: SharedExpertCase, backend: None, policy: SharedExpertPolicy) -> None:
     """A shared expert with FSE on and compatible is fused, whatever the TP alignment: fusion is decided
     before the replicate gate and never triggers replication or a refusal; otherwise it is never fused."""
@@ -97,13 +95,7 @@ def check_fusion_resolved_first(case: SharedExpertCase, backend: None, policy: S
         assert placement is not FUSED, "fused a shared expert although FSE is off, incompatible or there is none"
 
 
-@given(case=shared_expert_cases())
-@pinned
-def test_fusion_resolved_first(case: SharedExpertCase, policy: SharedExpertPolicy) -> None:
-    run_check(check_fusion_resolved_first, case, None, policy)
-
-
-@check(CONTRACT, SharedExpertCase)
+@check(CONTRACT, SharedExpertCase, strategy=shared_expert_cases(), pins=PINS)
 def check_decision_table(case: SharedExpertCase, backend: None, policy: SharedExpertPolicy) -> None:
     """The placement follows vLLM §12.1 after the ordering fix; a refusal is a ``ValueError`` naming the
     shared-expert size and the TP degree."""
@@ -121,13 +113,7 @@ def check_decision_table(case: SharedExpertCase, backend: None, policy: SharedEx
     assert placement is want, f"placed as {placement.value}; the contract says {want.value}"
 
 
-@given(case=shared_expert_cases())
-@pinned
-def test_decision_table(case: SharedExpertCase, policy: SharedExpertPolicy) -> None:
-    run_check(check_decision_table, case, None, policy)
-
-
-@check(CONTRACT, SharedExpertCase)
+@check(CONTRACT, SharedExpertCase, strategy=shared_expert_cases(), pins=PINS)
 def check_dense_expert_reaches_no_unswizzlable_asm(
     case: SharedExpertCase, backend: None, policy: SharedExpertPolicy
 ) -> None:
@@ -149,9 +135,3 @@ def check_dense_expert_reaches_no_unswizzlable_asm(
         assert error is None, f"{placement.value} shared expert's {layer.name} sent to the ASM GEMM: {error}"
         record_event(f"{layer.name} scale {'ASM' if linear.use_asm_gemm(scale) else 'Triton'}")
         process(linear, *shape.prep_shape(), asm_enabled=True)
-
-
-@given(case=shared_expert_cases())
-@pinned
-def test_dense_expert_reaches_no_unswizzlable_asm(case: SharedExpertCase, policy: SharedExpertPolicy) -> None:
-    run_check(check_dense_expert_reaches_no_unswizzlable_asm, case, None, policy)
