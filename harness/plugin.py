@@ -9,8 +9,10 @@ Options (``pytest --help``, group "fp4-conformance"):
 * ``--backend NAME``: run only this kernel-library backend (repeatable); properties on other
   backends, and properties that run on no backend, are deselected.
 * ``--model NAME``, ``--tp N``, ``--ep/--no-ep``: pin the strategies (see :func:`session_pin`).
-* ``--fp4-db PATH``: example database of the ``nightly`` / ``triage`` profiles (or ``FP4_DB``);
-  a path that is a file or cannot be written is a usage error.
+* ``--fp4-db SPEC``: example database (a directory, or ``redis://HOST:PORT/DB`` shared by a
+  fleet; :mod:`harness.database`), ``--fp4-db-readonly`` to replay a shared one without writing;
+  a database that cannot be used is a usage error.
+* ``--shard INDEX/COUNT``: run one deterministic slice of the collected tests (:mod:`harness.shard`).
 * ``--results DIR``: where reproduction scripts and the summary are written (``results``); it
   must be writable, checked before the first test.
 * ``--example-time-limit SECONDS``: per-example time limit (default: the profile's,
@@ -38,7 +40,8 @@ from typing import Any
 import pytest
 from hypothesis import settings
 
-from harness import devices, hardware, profiles, repro, runner
+from harness import database, devices, hardware, profiles, repro, runner, shard
+from harness.report import run_record
 from strategies.catalog import MODELS, TP_DEGREES
 from strategies.pins import Pin, set_pin
 
@@ -60,6 +63,7 @@ class Session:
     results: Path
     pin: Pin
     profile: str
+    shard: tuple[int, int] | None = None
     summary: dict[tuple[str, str, str], Counter] = field(default_factory=lambda: defaultdict(Counter))
     skips: dict[tuple[str, str, str], Counter] = field(default_factory=lambda: defaultdict(Counter))
 
@@ -99,7 +103,14 @@ def pytest_addoption(parser: pytest.Parser) -> None:
         help="pin expert parallelism on (default: off under --model, drawn either way otherwise)",
     )
     group.addoption("--no-ep", dest="ep", action="store_false", default=None, help="pin expert parallelism off")
-    group.addoption("--fp4-db", help="example database path for the nightly/triage profiles (or FP4_DB)")
+    group.addoption(
+        "--fp4-db",
+        help="example database: a directory or redis://HOST:PORT/DB (or FP4_DB); used by every profile but ci",
+    )
+    group.addoption(
+        "--fp4-db-readonly", action="store_true", help="replay the shared (Redis) database without writing to it"
+    )
+    group.addoption("--shard", help="run only shard INDEX of COUNT (INDEX/COUNT, e.g. 0/4), split by node id")
     group.addoption("--results", default="results", help="folder for reproduction scripts and the summary")
     group.addoption(
         "--example-time-limit",
@@ -140,15 +151,24 @@ def pytest_configure(config: pytest.Config) -> None:
         name = profiles.selected_profile(config.getoption("hypothesis_profile", None))
     except ValueError as exc:
         raise _usage(str(exc)) from None
-    db_option = config.getoption("fp4_db")
-    if db_option or os.environ.get("FP4_DB") or name in profiles.DATABASE_PROFILES:
-        db = profiles.database_path(db_option)
+    spec = config.getoption("fp4_db") or os.environ.get("FP4_DB")
+    readonly = config.getoption("fp4_db_readonly")
+    db = None
+    if spec or readonly or name in profiles.DATABASE_PROFILES:
         try:
-            profiles.check_writable_folder(db)
-        except OSError as exc:
-            raise _usage(f"example database {db!r} (--fp4-db / FP4_DB) is not a writable folder: {exc}") from None
-    profiles.register_profiles(db_option)
-    settings.load_profile(name)
+            db = database.open_database(spec, readonly=readonly)
+        except database.DatabaseError as exc:
+            raise _usage(str(exc)) from None
+    try:
+        settings.load_profile(profiles.with_database(name, db, explicit=bool(spec)))
+    except ValueError as exc:
+        raise _usage(str(exc)) from None
+    shard_spec = None
+    if config.getoption("shard"):
+        try:
+            shard_spec = shard.parse_shard(config.getoption("shard"))
+        except ValueError as exc:
+            raise _usage(str(exc)) from None
     model, tp = config.getoption("model"), config.getoption("tp")
     if model is not None and model not in MODELS:
         raise _usage(f"--model {model!r} is not catalogued; choose one of: {', '.join(sorted(MODELS))}")
@@ -179,7 +199,7 @@ def pytest_configure(config: pytest.Config) -> None:
         time_limit=limit or None,
     )
     config.stash[runner.RUN_STATE] = state
-    config.stash[SESSION] = Session(subject, results, pin, name)
+    config.stash[SESSION] = Session(subject, results, pin, name, shard_spec)
     config.pluginmanager.register(config.stash[SESSION], "fp4-session")
     runner.activate(state)
     if not hasattr(config, "workerinput"):  # the controller clears the last run's per-process records
@@ -252,6 +272,7 @@ def _backend_of(item: pytest.Item) -> str | None:
     return getattr(backend, "value", None)
 
 
+@pytest.hookimpl(trylast=True)
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     wanted = set(config.getoption("backend"))
     if wanted:
@@ -260,6 +281,7 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
         if deselected:
             config.hook.pytest_deselected(items=deselected)
             items[:] = kept
+    _select_shard(config, items)
     subject = config.stash[SESSION].subject
     machine = hardware.machine()
     for item in items:
@@ -277,6 +299,16 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
             continue
         if subject.policy(contract) is None:
             item.add_marker(pytest.mark.skip(reason=f"subject {subject.name} does not implement contract {contract}"))
+
+
+def _select_shard(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """``--shard INDEX/COUNT``: deselect every test outside this host's shard."""
+    if config.stash[SESSION].shard is None:
+        return
+    index, count = config.stash[SESSION].shard
+    kept = shard.keep([item.nodeid for item in items], index, count)
+    config.hook.pytest_deselected(items=[item for item in items if item.nodeid not in kept])
+    items[:] = [item for item in items if item.nodeid in kept]
 
 
 @pytest.fixture
@@ -400,3 +432,10 @@ def pytest_terminal_summary(terminalreporter, exitstatus: int, config: pytest.Co
         tr.write_line(f"expected failures (known upstream bug {link}): {n} examples")
     results.mkdir(parents=True, exist_ok=True)
     (results / "summary.json").write_text(json.dumps(rows, indent=2))
+    record = run_record(
+        subject=config.getoption("subject"),
+        profile=session.profile,
+        shard=config.getoption("shard"),
+        workers=getattr(config.option, "numprocesses", None),
+    )
+    (results / "run.json").write_text(json.dumps(record, indent=2))

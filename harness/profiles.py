@@ -7,9 +7,16 @@ naming its test and its reproduction.
 
 * ``ci``: derandomized, 25 examples, no database, quick on 2 CPU cores.
 * ``nightly``: 500 examples, deadline off for GPU kernels, example database at ``--fp4-db`` /
-  ``FP4_DB`` (default ``.hypothesis/fp4-nightly``) so failures replay the next night.
+  ``FP4_DB`` (default ``.hypothesis/fp4-nightly``; ``redis://...`` shares it across a fleet,
+  :mod:`harness.database`) so failures replay the next night, on every host.
+
+An explicit ``--fp4-db`` / ``FP4_DB`` gives every profile but ``ci`` that database (``bench``
+then saves what its search finds, for a triage host to replay); ``ci`` is derandomized and
+refuses one.
 * ``bench``: no database and no ``@example`` pins, up to 200 generated examples per property: measures how
   fast generation alone finds a bug (``python -m bench``).
+* ``replay``: only replays the example database (``--fp4-db``), no pins, no generation: a
+  pre-merge run that re-checks the fleet's stored failures (with ``--fp4-db-readonly``).
 * ``triage``: replays the database and ``@example`` pins first (explicit + reuse phases run
   before generation), stops at the first bug, verbose, statistics printed.
 """
@@ -21,14 +28,13 @@ import uuid
 from pathlib import Path
 
 from hypothesis import HealthCheck, Phase, Verbosity, settings
-from hypothesis.database import DirectoryBasedExampleDatabase
+from hypothesis.database import DirectoryBasedExampleDatabase, ExampleDatabase
 
-PROFILES = ("ci", "nightly", "triage", "dev", "bench")
+PROFILES = ("ci", "nightly", "triage", "dev", "bench", "replay")
+DATABASE_PROFILES = ("nightly", "triage", "replay")  # profiles that use the example database without --fp4-db
 DEFAULT_DB = ".hypothesis/fp4-nightly"
-DATABASE_PROFILES = ("nightly", "triage")
-"""Profiles that read and write the example database at ``--fp4-db`` / ``FP4_DB``."""
 
-TIME_LIMITS: dict[str, float] = {"ci": 300, "dev": 300, "bench": 300, "nightly": 1800, "triage": 1800}
+TIME_LIMITS: dict[str, float] = {"ci": 300, "dev": 300, "bench": 300, "nightly": 1800, "triage": 1800, "replay": 1800}
 """Per-example time limit in seconds. Generous: the first example of a kernel property may
 compile a JIT module (minutes for FlashInfer on a cold cache) and the first vLLM example imports
 vLLM; a hang is caught all the same, with its reproduction, instead of running until CI's limit."""
@@ -45,6 +51,7 @@ def register_profiles(database_path: str | None = None) -> None:
     settings.register_profile(
         "bench", max_examples=200, database=None, phases=(Phase.generate, Phase.target, Phase.shrink), **common
     )
+    settings.register_profile("replay", database=db, phases=(Phase.reuse,), report_multiple_bugs=False, **common)
     settings.register_profile(
         "triage",
         max_examples=200,
@@ -56,6 +63,19 @@ def register_profiles(database_path: str | None = None) -> None:
     )
 
 
+def with_database(name: str, database: ExampleDatabase | None, *, explicit: bool) -> str:
+    """The profile to load: ``name`` with ``database`` (when given), registered as ``name``.
+
+    ``explicit`` (the user named a database) with the derandomized ``ci`` profile is a ValueError.
+    """
+    if database is None:
+        return name
+    if explicit and name == "ci":
+        raise ValueError("the ci profile is derandomized and uses no example database; drop --fp4-db or FP4_DB")
+    settings.register_profile(name, parent=settings.get_profile(name), database=database)
+    return name
+
+
 def selected_profile(option: str | None, env: dict[str, str] = os.environ) -> str:
     """Profile name from the command line, else ``FP4_PROFILE``, else ``ci`` under CI, else ``dev``."""
     name = option or env.get("FP4_PROFILE") or ("ci" if env.get("CI") else "dev")
@@ -65,16 +85,11 @@ def selected_profile(option: str | None, env: dict[str, str] = os.environ) -> st
     return name
 
 
-def database_path(option: str | None, env: dict[str, str] = os.environ) -> str:
-    """The example database folder: ``--fp4-db``, else ``FP4_DB``, else :data:`DEFAULT_DB`."""
-    return option or env.get("FP4_DB") or DEFAULT_DB
-
-
 def check_writable_folder(path: str | Path) -> None:
     """Create ``path`` if needed and prove a file can be written in it; raise ``OSError`` saying why not.
 
-    Used before the first test for ``--results`` and the example database, so a run that could
-    not record its verdict (or its examples) stops at once instead of at the end, or silently.
+    Used before the first test for ``--results``, so a run that could not record its verdict
+    stops at once instead of at the end (the example database is checked by :mod:`harness.database`).
     """
     folder = Path(path)
     if folder.exists() and not folder.is_dir():

@@ -1,0 +1,97 @@
+"""Citations of the project's documents resolve.
+
+Code and documents cite ``docs/<name>.md §<section>`` (or ``docs/regressions.md <id>`` for a catalogued
+regression); inside ``docs/`` the form is a Markdown link ``[<name>.md](<name>.md) §<section>``. Every such
+citation in a tracked file must name an existing document and one of its numbered headings (``## 2.``,
+``### 10.1``) or catalogue ids (a table row ``| A1 |``), so renumbering a section breaks the build instead of
+the reader's trail.
+"""
+
+from __future__ import annotations
+
+import re
+import subprocess
+from functools import cache
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+DOCS = ROOT / "docs"
+
+_SECTION_CHAIN = r"(?P<chain>§\d+(?:\.\d+)*(?:\s*(?:,|-|–|/|and)\s*§\d+(?:\.\d+)*)*)"
+_CODE_CITATION = re.compile(r"docs/(?P<name>[a-z-]+)\.md`*\s*(?:" + _SECTION_CHAIN + r"|(?P<id>[A-Z]\d+)\b)")
+_DOC_CITATION = re.compile(r"\[(?P<name>[a-z-]+)\.md\]\((?P=name)\.md\)\s*" + _SECTION_CHAIN)
+_SECTION = re.compile(r"§(\d+(?:\.\d+)*)")
+_HEADING = re.compile(r"^#{2,4} (\d+(?:\.\d+)*)\.?\s", re.MULTILINE)
+_ROW_ID = re.compile(r"^\| ([A-Z]\d+) \|", re.MULTILINE)
+
+
+@cache
+def tracked_text_files() -> tuple[Path, ...]:
+    """Files git tracks (or, outside a checkout, every non-hidden file), minus binaries."""
+    try:
+        out = subprocess.run(
+            ["git", "ls-files", "-z"], cwd=ROOT, capture_output=True, check=True, text=True
+        ).stdout.split("\0")
+        paths = [ROOT / p for p in out if p]
+    except (OSError, subprocess.CalledProcessError):
+        paths = [p for p in ROOT.rglob("*") if p.is_file() and not any(s.startswith(".") for s in p.parts)]
+    return tuple(p for p in paths if p.is_file() and p.suffix in {".py", ".md", ".sh", ".toml", ".txt", ""})
+
+
+@cache
+def anchors(name: str) -> frozenset[str]:
+    """Section numbers and catalogue ids of ``docs/<name>.md`` (empty if it does not exist)."""
+    path = DOCS / f"{name}.md"
+    if not path.is_file():
+        return frozenset()
+    text = path.read_text(encoding="utf-8")
+    return frozenset(_HEADING.findall(text)) | frozenset(_ROW_ID.findall(text))
+
+
+def citations(path: Path) -> list[tuple[int, str, str]]:
+    """``(line, document name, section or id)`` for every citation of a project document in ``path``."""
+    found = []
+    in_docs = path.parent == DOCS
+    for lineno, line in enumerate(path.read_text(encoding="utf-8", errors="replace").splitlines(), 1):
+        for m in _CODE_CITATION.finditer(line):
+            if m["id"]:
+                found.append((lineno, m["name"], m["id"]))
+            else:
+                found += [(lineno, m["name"], s) for s in _SECTION.findall(m["chain"])]
+        if in_docs:
+            for m in _DOC_CITATION.finditer(line):
+                found += [(lineno, m["name"], s) for s in _SECTION.findall(m["chain"])]
+    return found
+
+
+def test_documents_exist_and_are_numbered() -> None:
+    names = {"formats", "layouts", "vllm-logic", "kernels", "models", "regressions"}
+    for name in names:
+        assert anchors(name), f"docs/{name}.md is missing or has no numbered sections"
+
+
+def test_every_citation_resolves() -> None:
+    broken = [
+        f"{path.relative_to(ROOT)}:{line}: docs/{name}.md §{section}"
+        for path in tracked_text_files()
+        for line, name, section in citations(path)
+        if section not in anchors(name)
+    ]
+    assert not broken, "citations of missing documents or sections:\n" + "\n".join(broken)
+
+
+@pytest.mark.parametrize(
+    ("text", "want"),
+    [
+        ("see ``docs/layouts.md`` §4-§7", [("layouts", "4"), ("layouts", "7")]),
+        ("docs/kernels.md §2.5 item 6", [("kernels", "2.5")]),
+        ("(docs/regressions.md M4)", [("regressions", "M4")]),
+        ("docs/formats.md §7, §8", [("formats", "7"), ("formats", "8")]),
+    ],
+)
+def test_citation_parser(tmp_path: Path, text: str, want: list[tuple[str, str]]) -> None:
+    f = tmp_path / "x.py"
+    f.write_text(text, encoding="utf-8")
+    assert [(n, s) for _, n, s in citations(f)] == want

@@ -1,0 +1,209 @@
+"""Self-tests of the nightly-fleet tools: shards, the shared Redis example database, the merged report.
+
+The Redis tests start a real ``redis-server`` (Debian's package) on the loopback address and stop
+it afterwards; without the binary they skip, unless ``FP4_REQUIRE_REDIS=1`` (set by ``.ci/run``)
+makes its absence a failure, so CI cannot pass them by skipping. Two simulated hosts are two
+``pytest`` processes with separate working directories (so separate local databases).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from harness import database, report, shard
+
+ROOT = Path(__file__).resolve().parent.parent
+PROBE = "tests.fleet_probe:SUBJECT"
+PROPERTY = ["conformance/test_nvfp4_moe.py", "-k", "padding_invariance and trtllm"]
+
+
+def run_host(workdir: Path, *args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
+    """One simulated host: ``python -m pytest`` on this checkout from its own working directory."""
+    workdir.mkdir(parents=True, exist_ok=True)
+    full_env = {**os.environ, "PYTHONPATH": str(ROOT), **(env or {})}
+    for var in ("PYTEST_XDIST_WORKER", "FP4_PROFILE", "FP4_DB", "CI"):
+        full_env.pop(var, None)
+    cmd = [sys.executable, "-m", "pytest", "--rootdir", str(ROOT), "-c", str(ROOT / "pyproject.toml")]
+    cmd += ["-p", "no:cacheprovider", "-q", "--results", str(workdir / "results")]
+    cmd += [str(ROOT / a) if a.endswith(".py") or a in ("conformance", "tests") else a for a in args]
+    return subprocess.run(cmd, cwd=workdir, env=full_env, capture_output=True, text=True, timeout=900)
+
+
+# --- shards ---------------------------------------------------------------------------------
+
+
+@given(ids=st.lists(st.text(min_size=1, max_size=6), unique=True, max_size=60), count=st.integers(1, 9))
+def test_shards_partition_the_tests(ids: list[str], count: int) -> None:
+    shards = [shard.keep(ids, i, count) for i in range(count)]
+    assert set().union(*shards) == set(ids)
+    assert sum(map(len, shards)) == len(ids)
+    assert max(map(len, shards)) - min(map(len, shards)) <= 1
+
+
+@pytest.mark.parametrize("text", ["3", "1/0", "4/4", "-1/2", "a/b", "1/2/3"])
+def test_bad_shard_is_refused(text: str) -> None:
+    with pytest.raises(ValueError, match="--shard"):
+        shard.parse_shard(text)
+
+
+def _collected(result: subprocess.CompletedProcess[str]) -> list[str]:
+    return [line for line in result.stdout.splitlines() if "::" in line]
+
+
+def test_shards_of_the_real_suite_cover_it_once(tmp_path: Path) -> None:
+    full = _collected(run_host(tmp_path / "all", "conformance", "--collect-only"))
+    parts = [
+        _collected(run_host(tmp_path / f"s{i}", "conformance", "--collect-only", "--shard", f"{i}/3")) for i in range(3)
+    ]
+    assert full and sorted(p for part in parts for p in part) == sorted(full)
+    sizes = [len(p) for p in parts]
+    assert max(sizes) <= 1.25 * min(sizes), sizes
+
+
+def test_bad_shard_option_is_a_usage_error(tmp_path: Path) -> None:
+    result = run_host(tmp_path, "conformance", "--collect-only", "--shard", "3/3")
+    assert result.returncode == 4 and "--shard '3/3'" in result.stderr, result.stderr[-2000:]
+
+
+# --- database --------------------------------------------------------------------------------
+
+
+def test_database_that_is_a_file_is_refused(tmp_path: Path) -> None:
+    path = tmp_path / "db"
+    path.write_text("")
+    with pytest.raises(database.DatabaseError, match="is a file"):
+        database.open_database(str(path))
+
+
+def test_database_under_a_file_is_refused(tmp_path: Path) -> None:
+    (tmp_path / "f").write_text("")
+    with pytest.raises(database.DatabaseError, match="not writable"):
+        database.open_database(str(tmp_path / "f" / "db"))
+
+
+@pytest.mark.parametrize("url", ["redis://", "redis://host:port/0", "redis://localhost:6379/x"])
+def test_bad_redis_url_is_refused(url: str) -> None:
+    with pytest.raises(database.DatabaseError, match=r"Redis URL|must be integers"):
+        database.open_database(url)
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def test_unreachable_redis_is_a_usage_error(tmp_path: Path) -> None:
+    url = f"redis://127.0.0.1:{_free_port()}/0"
+    with pytest.raises(database.DatabaseError, match="does not answer"):
+        database.open_database(url)
+    result = run_host(tmp_path, *PROPERTY, "--hypothesis-profile", "nightly", "--fp4-db", url)
+    assert result.returncode == 4 and "does not answer" in result.stderr, result.stderr[-2000:]
+
+
+def test_readonly_needs_a_shared_database() -> None:
+    with pytest.raises(database.DatabaseError, match="redis://"):
+        database.open_database(None, readonly=True)
+
+
+@pytest.fixture(scope="module")
+def redis_url(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    """A real ``redis-server`` on 127.0.0.1, stopped after the module's tests."""
+    binary = shutil.which("redis-server")
+    if binary is None:
+        if os.environ.get("FP4_REQUIRE_REDIS"):
+            pytest.fail("FP4_REQUIRE_REDIS is set but redis-server is not installed (apt-get install redis-server)")
+        pytest.skip("needs redis-server (Debian package redis-server)")
+    port = _free_port()
+    folder = tmp_path_factory.mktemp("redis")
+    server = subprocess.Popen(
+        [binary, "--port", str(port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no", "--dir", str(folder)],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.STDOUT,
+    )
+    import redis
+
+    client = redis.Redis(port=port)
+    for _ in range(100):
+        try:
+            client.ping()
+            break
+        except redis.ConnectionError:
+            time.sleep(0.05)
+    try:
+        yield f"redis://127.0.0.1:{port}/0"
+    finally:
+        server.terminate()
+        server.wait(timeout=10)
+
+
+def _redis_members(url: str) -> set[tuple[bytes, bytes]]:
+    import redis
+
+    client = redis.Redis.from_url(url)
+    return {(key, m) for key in client.keys("hypothesis-example:*") for m in client.smembers(key)}
+
+
+def _first_failure(results: Path) -> tuple[int | None, str | None]:
+    """Examples to the first failure and the counterexample, from the plugin's per-test statistics."""
+    for path in results.glob("stats-*.json"):
+        for stats in json.loads(path.read_text()).values():
+            if stats.get("first_failure_example"):
+                return stats["first_failure_example"], stats.get("counterexample")
+    return None, None
+
+
+def test_two_hosts_share_failures_through_redis(tmp_path: Path, redis_url: str) -> None:
+    """Host A searches (no pins) and stores the failure; host B, read-only, replays it first."""
+    host_a = run_host(tmp_path / "host-a", *PROPERTY, "--subject", PROBE, "--hypothesis-profile", "bench",
+                      "--fp4-db", redis_url)  # fmt: skip
+    assert host_a.returncode == 1, host_a.stdout[-3000:] + host_a.stderr[-2000:]
+    found_at, shrunk = _first_failure(tmp_path / "host-a" / "results")
+    stored = _redis_members(redis_url)
+    assert found_at is not None and stored, "host A's failure was not stored in Redis"
+
+    host_b = run_host(tmp_path / "host-b", *PROPERTY, "--subject", PROBE, "--hypothesis-profile", "replay",
+                      "--fp4-db", redis_url, "--fp4-db-readonly")  # fmt: skip
+    assert host_b.returncode == 1, host_b.stdout[-3000:] + host_b.stderr[-2000:]
+    replayed_at, replayed = _first_failure(tmp_path / "host-b" / "results")
+    assert replayed_at == 1 and replayed == shrunk
+    assert _redis_members(redis_url) == stored, "a read-only host wrote to the shared database"
+    print(f"host A found the failure by search at example {found_at}; host B replayed it at example {replayed_at}")
+
+    builtin = run_host(tmp_path / "host-c", *PROPERTY, "--hypothesis-profile", "replay", "--fp4-db", redis_url,
+                       "--fp4-db-readonly")  # fmt: skip
+    assert builtin.returncode == 0, builtin.stdout[-3000:]
+
+
+# --- merged report ---------------------------------------------------------------------------
+
+
+def test_merged_report_of_two_failing_shards(tmp_path: Path) -> None:
+    """Two shards of a known-bad subject merge into one report listing both shards' failures."""
+    dirs = []
+    for i in range(2):
+        host = tmp_path / f"shard{i}"
+        result = run_host(host, *PROPERTY, "--subject", "bad-end-padding", "--hypothesis-profile", "ci",
+                          "--shard", f"{i}/2", "--junitxml", str(host / "results" / "junit.xml"))  # fmt: skip
+        assert result.returncode in (0, 1, 5), result.stderr[-2000:]
+        dirs.append(host / "results")
+    merged = report.merge(dirs)
+    md, page = report.write(merged, tmp_path / "report")
+    assert len(merged.runs) == 2 and merged.failures
+    failure = merged.failures[0]
+    assert failure.reproduce and "harness.repro" in failure.reproduce and failure.config
+    text, markup = md.read_text(), page.read_text()
+    assert "nvfp4_moe" in text and failure.nodeid in text
+    assert "<table>" in markup and not any(tag in markup for tag in ("<script", " src=", "<link"))  # self-contained
