@@ -12,6 +12,7 @@ from collections.abc import Callable
 import torch
 
 from harness.repro import record_event
+from reference.errors import NanEncodingError
 from subjects.moe import AlignedMoe, MoeAlignment, MoeWeights, UnsupportedConfig
 
 TENSORS = ("w13", "w13_scale", "w2", "w2_scale", "w13_bias", "w2_bias")
@@ -78,6 +79,19 @@ def assert_idempotent(policy: MoeAlignment, backend: enum.Enum, aligned: Aligned
     for name in TENSORS:
         a, b = getattr(aligned.weights, name), getattr(again.weights, name)
         assert (a is None) == (b is None) and (a is None or torch.equal(a, b)), f"not idempotent: {name} changed"
+
+
+def output_or_failure(compute: Callable[[], torch.Tensor], context: str) -> torch.Tensor:
+    """``compute()``, the reference output of one side of an invariance property.
+
+    A NaN that reaches the reference's FP4/FP8 re-quantization (weights whose padding decodes to
+    NaN) fails the property with its own message, ``"{context}: NaN"``, instead of surfacing as a
+    reference encoding error.
+    """
+    try:
+        return compute()
+    except NanEncodingError as exc:
+        raise AssertionError(f"{context}: NaN ({exc})") from exc
 
 
 def assert_bit_identical(got: torch.Tensor, want: torch.Tensor, context: str) -> None:

@@ -332,7 +332,8 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo):
     state = item.config.stash[runner.RUN_STATE]
     if report.when != "call":
         return
-    failure = state.last_failure.pop(item.nodeid, None)
+    last = state.last_failure.pop(item.nodeid, None)
+    failure = runner.reported_reproduction(call.excinfo.value if call.excinfo else None) or last
     if report.failed and failure is not None:
         script = repro.write_script(state.results, item.nodeid, failure)
         report.sections.append(("fp4 reproduction", f"{failure.command()}\nscript: {script}"))

@@ -182,7 +182,7 @@ def __getattr__(name: str) -> Any:
         from harness import properties
 
         return getattr(properties, name)
-    if name in ("run_check", "KnownFailureFixed"):
+    if name in ("run_check", "KnownFailureFixed", "reported_reproduction"):
         from harness import runner
 
         return getattr(runner, name)

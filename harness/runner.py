@@ -10,8 +10,9 @@ example's verdict:
   recorded as expected; any other exception fails, and a pass raises :class:`KnownFailureFixed`;
 * an example running past the profile's time limit fails with :class:`ExampleTimeout`, naming
   the test and its reproduction;
-* every failure gets the one-line reproduction as a note and is kept as the test's last failure,
-  from which the plugin writes a script (Hypothesis replays the shrunk example last).
+* every failure gets the one-line reproduction as a note and carries its :class:`Reproduction`,
+  so the plugin writes the script of the example Hypothesis reports (:func:`reported_reproduction`;
+  when several pinned examples fail, the first of them); the last failing call is kept as a fallback.
 
 The session's state is one :class:`RunState`, kept in ``config.stash[RUN_STATE]`` by the plugin.
 Tests made by :func:`harness.properties.check` pass it explicitly; tests still calling
@@ -156,11 +157,23 @@ def run_check(
             stats.first_failure_seconds = time.perf_counter() - stats.started
         if hasattr(exc, "add_note") and not isinstance(exc, ExampleTimeout):
             exc.add_note(f"reproduce: {repro.command()}")
+        exc.__fp4_reproduction__ = repro  # type: ignore[attr-defined]
         raise
     finally:
         stats.seconds = time.perf_counter() - stats.started
         if inflight is not None:
             inflight.unlink(missing_ok=True)
+
+
+def reported_reproduction(exc: BaseException | None) -> Reproduction | None:
+    """The reproduction of the failure Hypothesis raised: ``exc``'s own, or for an exception group
+    (several failing examples) that of its first member, in the order Hypothesis ran them."""
+    if exc is None:
+        return None
+    found = getattr(exc, "__fp4_reproduction__", None)
+    if found is None:  # an exception group (``exceptions``: its members)
+        found = next((r for e in getattr(exc, "exceptions", ()) if (r := reported_reproduction(e)) is not None), None)
+    return found
 
 
 def _expect_failure(

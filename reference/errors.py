@@ -12,6 +12,10 @@ class ShapeContractError(ValueError):
     """A tensor shape or size violates a layout, format or sharding contract."""
 
 
+class NanEncodingError(ShapeContractError):
+    """A NaN reached an FP4/FP8 encoding that has no NaN code (the reference never invents one)."""
+
+
 def require(condition: bool, message: str) -> None:
     """Raise :class:`ShapeContractError` with ``message`` unless ``condition`` holds."""
     if not condition:

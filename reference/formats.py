@@ -24,7 +24,7 @@ from dataclasses import dataclass
 
 import torch
 
-from reference.errors import ShapeContractError, require
+from reference.errors import NanEncodingError, ShapeContractError, require
 
 E2M1_MAGNITUDES = (0.0, 0.5, 1.0, 1.5, 2.0, 3.0, 4.0, 6.0)
 """Magnitude of E2M1 codes 0..7; codes 8..15 are the same values negated (code 8 is -0.0)."""
@@ -92,7 +92,7 @@ def _round_to_codebook(magnitude: torch.Tensor, table: torch.Tensor) -> torch.Te
     round-to-nearest-even. Values beyond the last entry (and +inf) saturate to the last index.
     """
     if torch.isnan(magnitude).any():
-        raise ShapeContractError("cannot encode NaN into an FP4/FP8 format without NaN handling")
+        raise NanEncodingError("cannot encode NaN into an FP4/FP8 format without NaN handling")
     mids = (table[:-1] + table[1:]) / 2
     low = torch.bucketize(magnitude, mids, right=False)
     high = torch.bucketize(magnitude, mids, right=True)
