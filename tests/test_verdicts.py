@@ -210,7 +210,7 @@ def test_example_database_that_is_a_file_is_a_usage_error(tmp_path: Path, how: s
     db.write_text("")
     args, env = (["--fp4-db", str(db)], {}) if how == "option" else ([], {"FP4_DB": str(db)})
     result = run_pytest(SHARED, "--hypothesis-profile", "nightly", *args, tmp_path=tmp_path, env=env)
-    one_line_usage_error(result, "is not a writable folder")
+    one_line_usage_error(result, "is a file, not a directory")
 
 
 @pytest.mark.parametrize(
