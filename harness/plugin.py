@@ -23,7 +23,7 @@ property runs on (no arguments: all of its contract's); ``cuda``, ``sm90``, ``sm
 ``gfx950``, ``flashinfer``, ``aiter``, ``vllm`` name requirements, and a test whose requirement
 is unmet is skipped with a reason that names what is missing.
 
-The session's state lives in ``config.stash``: :data:`harness.runner.RUN_STATE` (what the
+Harness state lives in ``config.stash``: :data:`harness.runner.RUN_STATE` (what the
 property runner needs) and :data:`SESSION` (the subject, the results folder, the summary).
 """
 

@@ -14,7 +14,7 @@ example's verdict:
   so the plugin writes the script of the example Hypothesis reports (:func:`reported_reproduction`;
   when several pinned examples fail, the first of them); the last failing call is kept as a fallback.
 
-The session's state is one :class:`RunState`, kept in ``config.stash[RUN_STATE]`` by the plugin.
+The run's state is one :class:`RunState`, kept in ``config.stash[RUN_STATE]`` by the plugin.
 Tests made by :func:`harness.properties.check` pass it explicitly; tests still calling
 ``run_check`` by hand use the state the plugin activated for this process (:func:`active`).
 """
@@ -67,7 +67,7 @@ class NodeStats:
 
 @dataclass
 class RunState:
-    """What the runner knows of the session (one per pytest process).
+    """What the runner knows of the pytest run (one per pytest process).
 
     ``time_limit`` is the per-example limit in seconds (None: none): past it the example fails
     with :class:`ExampleTimeout`; an example that cannot be interrupted (stuck in native code)
