@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import functools
 import importlib
+import inspect
 from dataclasses import dataclass
 from types import ModuleType
 
@@ -30,6 +31,22 @@ from reference.layouts import aiter_e8m0_unshuffle
 
 class AiterUnavailable(LibraryUnavailable):
     """AITER, ROCm or a gfx950 GPU is missing."""
+
+
+class AiterApiMismatch(RuntimeError):
+    """The installed AITER has a different signature than the one the suite calls (a setup error: fails)."""
+
+
+def require_parameters(fn: object, name: str, needed: tuple[str, ...], absent: tuple[str, ...] = ()) -> None:
+    """Raise :class:`AiterApiMismatch` unless ``fn`` takes every parameter of ``needed`` and none of ``absent``."""
+    params = inspect.signature(fn).parameters
+    missing = [p for p in needed if p not in params]
+    extra = [p for p in absent if p in params]
+    if missing or extra:
+        raise AiterApiMismatch(
+            f"AITER's {name}{inspect.signature(fn)} lacks {missing} / has {extra}: the suite calls the API of "
+            "ROCm/aiter main (2026-08); amd-aiter 0.1.7.post2.dev18 from PyPI predates it (README, AITER versions)"
+        )
 
 
 @functools.cache
@@ -91,6 +108,9 @@ def gemm_a4w4_bpreshuffle(act: QuantizedActivation, weight: torch.Tensor, scale:
     ``[N, K/32]``; returns bf16 ``[M, N]`` (the kernel pads M to 32; vLLM slices ``[:M]``)."""
     require_gfx950()
     aiter = _import("aiter")
+    # ROCm/aiter main: gemm_a4w4(A, B, A_scale, B_scale, bias=None, dtype=bf16, ..., bpreshuffle=True) returns
+    # the output; amd-aiter 0.1.7 took a preallocated `out` as its fifth argument and had no dtype.
+    require_parameters(aiter.gemm_a4w4, "gemm_a4w4", ("dtype", "bpreshuffle"), ("out",))
     device = act.kernel_packed.device
     w = weight.to(device).contiguous().view(act.kernel_packed.dtype)
     s = scale.to(device).contiguous().view(act.kernel_scales.dtype)

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import torch
 
-from adapters.aiter import _import, require_gfx950
+from adapters.aiter import _import, require_gfx950, require_parameters
 from subjects.moe import MoeWeights
 
 
@@ -33,6 +33,7 @@ def fused_moe_a4w4(
     """
     require_gfx950()
     aiter = _import("aiter")
+    require_parameters(aiter.fused_moe, "fused_moe", ("hidden_pad", "intermediate_pad", "w1_scale", "quant_type"))
     fp4_utils = _import("aiter.utility.fp4_utils")
     shuffle = _import("aiter.ops.shuffle")
     dev = torch.device("cuda")

@@ -1,8 +1,8 @@
 """The one place that knows the machine: GPUs, their architecture, and which libraries import.
 
 Requirements are named by pytest markers (``cuda``, ``sm90``, ``sm100``, ``gfx950``,
-``flashinfer``, ``aiter``, ``vllm``); :func:`missing` returns the skip reason for a requirement
-this machine lacks, naming what is absent, or ``None`` when the test can run here.
+``flashinfer``, ``aiter``, ``aiter_triton``, ``vllm``, ``sglang``); :func:`missing` returns the skip
+reason for a requirement this machine lacks, naming what is absent, or ``None`` when the test can run here.
 Architecture gates are exact families (``sm100`` means compute capability 10.x, not ">= 10"),
 so consumer Blackwell (12.x) never collects a B200-only kernel.
 """
@@ -25,8 +25,14 @@ REQUIREMENTS = {
     "gfx950": "an AMD gfx950 GPU (MI350x/MI355x)",
     "flashinfer": "flashinfer-python (pip install 'fp4-conformance[nvidia]')",
     "aiter": "AMD AITER (pip install amd-aiter; needs ROCm)",
+    "aiter_triton": "an NVIDIA GPU and amd-aiter for AITER Triton on CUDA (pip install 'fp4-conformance[amd]')",
     "vllm": "vLLM (scripts/install-vllm-cpu.sh)",
+    "sglang": "SGLang (scripts/install-sglang-cpu.sh)",
 }
+
+MODE_LABELS = {"aiter_triton": "AITER Triton on CUDA"}
+"""Requirements that name a portability mode rather than a chip: the summary shows the mode next to
+the hardware (AITER's own Triton kernels on an NVIDIA GPU, apart from its gfx950 paths)."""
 
 
 @dataclass(frozen=True)
@@ -47,6 +53,7 @@ class Machine:
             "sm90": not self.rocm and cc == (9, 0),
             "sm100": not self.rocm and cc is not None and cc[0] == 10,
             "gfx950": self.rocm and self.gfx is not None and self.gfx.startswith("gfx950"),
+            "aiter_triton": self.cuda_devices > 0 and not self.rocm and "amd-aiter" in self.libraries,
         }.get(requirement, requirement in self.libraries)
 
     def describe(self) -> str:
@@ -71,9 +78,9 @@ def machine() -> Machine:
     cc = torch.cuda.get_device_capability(0) if n else None
     name = torch.cuda.get_device_name(0) if n else None
     gfx = torch.cuda.get_device_properties(0).gcnArchName if (n and rocm) else None
-    libs = {lib for lib in ("flashinfer", "vllm", "ml_dtypes") if _importable(lib)}
-    if rocm and _importable("aiter"):
-        libs.add("aiter")
+    libs = {lib for lib in ("flashinfer", "vllm", "sglang", "ml_dtypes") if _importable(lib)}
+    if _importable("aiter"):  # the package's files; importing it needs ROCm
+        libs.add("aiter" if rocm else "amd-aiter")
     return Machine(n, rocm, cc, gfx, name, frozenset(libs))
 
 

@@ -20,8 +20,8 @@ Options (``pytest --help``, group "fp4-conformance"):
 
 Markers: ``contract(name)`` names a test's contract; ``backends(*members)`` the backends a
 property runs on (no arguments: all of its contract's); ``cuda``, ``sm90``, ``sm100``,
-``gfx950``, ``flashinfer``, ``aiter``, ``vllm`` name requirements, and a test whose requirement
-is unmet is skipped with a reason that names what is missing.
+``gfx950``, ``flashinfer``, ``aiter``, ``aiter_triton``, ``vllm`` name requirements, and a test
+whose requirement is unmet is skipped with a reason that names what is missing.
 
 Harness state lives in ``config.stash``: :data:`harness.runner.RUN_STATE` (what the
 property runner needs) and :data:`SESSION` (the subject, the results folder, the summary).
@@ -286,10 +286,11 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     machine = hardware.machine()
     for item in items:
         contract = _contract(item)
+        modes = [label for req, label in hardware.MODE_LABELS.items() if item.get_closest_marker(req)]
         item.user_properties += [
             ("contract", contract or "self-test"),
             ("backend", _backend_of(item) or "-"),
-            ("hardware", machine.describe()),
+            ("hardware", " · ".join([machine.describe(), *modes])),
         ]
         for requirement in hardware.REQUIREMENTS:
             if item.get_closest_marker(requirement) and (reason := hardware.missing(requirement, machine)):

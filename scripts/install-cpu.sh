@@ -2,6 +2,9 @@
 # Install fp4-conformance into ./.venv on a CPU machine (no GPU, no multi-GB CUDA torch).
 #   torch 2.13.0 CPU build (on this workplace's disk; elsewhere: --index-url https://download.pytorch.org/whl/cpu)
 #   flashinfer-python 0.7.4 without its CUDA-only dependencies: its pure-torch layout helpers run on CPU.
+#   amd-aiter 0.1.7.post2.dev18 (PyPI's only release, pure Python) without its ROCm JIT dependencies:
+#   adapters/aiter_triton.py loads its pure-torch helpers without ROCm; its fp4_utils imports Triton
+#   (triton 3.6.0, the H200's; it only imports on CPU).
 # usage: scripts/install-cpu.sh [VENV_DIR]
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -12,4 +15,6 @@ pip=("$venv/bin/python" -m pip install -q --disable-pip-version-check)
 "${pip[@]}" -e ".[dev]"
 "${pip[@]}" --no-deps "flashinfer-python==0.7.4" "apache-tvm-ffi>=0.1.11,<0.2"
 "${pip[@]}" numpy einops packaging requests tabulate tqdm click ninja nvidia-ml-py
+"${pip[@]}" --no-deps "amd-aiter==0.1.7.post2.dev18" "triton==3.6.0"
 "$venv/bin/python" -c "import torch, flashinfer.utils; print('torch', torch.__version__, '| flashinfer', __import__('flashinfer').__version__)"
+"$venv/bin/python" -c "from adapters import aiter_triton as a; print('amd-aiter', a.install().version, '| fp4_utils', a.aiter_module(a.FP4_UTILS).__name__)"

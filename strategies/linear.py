@@ -7,8 +7,9 @@ vLLM applies (column-parallel shards N, row-parallel shards K, replicated keeps 
 adversarial rank-local sizes.
 
 Every config keeps the **real** rank-local scale shape (what the guard sees) and, for tensors,
-reduced sizes that keep what the guard looks at: N keeps its residue mod 32 and whether it is
-96 (the row count vLLM forces to Triton); K keeps its residue mod 256 (see :func:`reduce_rows`,
+reduced sizes that keep what the guards look at: N keeps its residue mod 32, whether it is 96
+(the row count vLLM forces to Triton) and whether it exceeds 128 (SGLang keeps ``N <= 128`` off
+the ASM GEMM); K keeps its residue mod 256 (see :func:`reduce_rows`,
 :func:`strategies.moe.reduce_size`). Token counts include 1-4 and non-multiples of 32.
 
 Layer sizes: shared experts come from ``strategies.catalog``; the GDN ``in_proj_ba`` is from
@@ -32,7 +33,7 @@ from strategies.config import Config
 from strategies.moe import reduce_size
 from strategies.pins import current_pin
 
-REDUCE_ROWS_ABOVE = 128
+REDUCE_ROWS_ABOVE = 160
 REDUCE_ROWS_STEP = 32
 PREP_BYTES_MAX = 8 << 20
 """Preparation properties use the real rank-local tensors when the packed weight fits in this."""
@@ -130,9 +131,10 @@ def shardings(layer: LinearLayer, tp: int) -> list[Parallel]:
 
 
 def reduce_rows(n: int) -> int:
-    """Subtract the multiple of 32 that brings ``n`` into ``(96, 128]``; ``n <= 128`` is kept.
+    """Subtract the multiple of 32 that brings ``n`` into ``(128, 160]``; ``n <= 160`` is kept.
 
-    Keeps ``n mod 32``, ``n >= 32`` and ``n == 96`` (the forced-Triton row count), so the guard
+    Keeps ``n mod 32``, ``n >= 32``, ``n == 96`` (vLLM's forced-Triton row count) and ``n > 128``
+    (SGLang's ASM threshold, ``_ASM_FP4_UNSAFE_MAX_N`` in ``quark_w4a4_mxfp4.py``), so either guard
     answers the same for the reduced and the real row count.
     """
     if n <= REDUCE_ROWS_ABOVE:

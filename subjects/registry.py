@@ -27,6 +27,7 @@ _CONTRACT_MODULES = (
     "subjects.shared_expert",
     "subjects.mxfp4_moe",
     "subjects.vllm",
+    "subjects.sglang",
 )
 
 

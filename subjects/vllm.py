@@ -37,6 +37,8 @@ from unittest import mock
 
 import torch
 
+from adapters import aiter_triton
+from adapters.aiter import AiterUnavailable
 from reference.formats import MxScaleRounding
 from reference.layouts import aiter_shuffle_weight, swap_halves, unswizzle_128x4
 from reference.sizes import round_up
@@ -231,9 +233,14 @@ def _reference_shuffle_weight(weight: torch.Tensor, layout: tuple[int, int] = (1
 
 @contextlib.contextmanager
 def _aiter_shuffle_importable() -> Iterator[None]:
-    """Make ``from aiter.ops.shuffle import shuffle_weight`` work: AITER's own where it is installed,
-    else stub modules holding :func:`_reference_shuffle_weight`."""
-    if importlib.util.find_spec("aiter") is not None:
+    """Make ``from aiter.ops.shuffle import shuffle_weight`` work: AITER's own function where amd-aiter is
+    installed (loaded without ROCm by :func:`adapters.aiter_triton.install`), else stub modules holding
+    :func:`_reference_shuffle_weight`."""
+    try:
+        aiter_triton.aiter_module(aiter_triton.SHUFFLE)
+    except AiterUnavailable:
+        pass
+    else:
         yield
         return
     shuffle = types.ModuleType("aiter.ops.shuffle")

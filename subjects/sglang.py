@@ -1,0 +1,731 @@
+"""Subject ``sglang``: SGLang's own alignment, placement and fallback code, adapted to the suite's protocols.
+
+Enabled when SGLang imports (``scripts/install-sglang-cpu.sh`` installs SGLang 0.5.23 on a CPU
+machine). Every decision comes from SGLang's functions: the adapters build the small objects they
+read (a ``FusedMoE`` made with ``object.__new__`` carrying the attributes the quant method and the
+loaders read, a ``torch.nn.Module`` with parameters), select the backend through SGLang's own test
+hooks (``get_flags().moe.override(runner_backend=...)``, ``override_platform(...)``) and replace
+only calls that need a GPU, each named in the adapter's docstring:
+
+* ``nvfp4_moe``: :class:`SglangNvfp4MoeAlignment` (``ModelOptNvFp4FusedMoEMethod.create_weights``,
+  ``FusedMoE.weight_loader``, ``process_weights_after_loading``: the TRT-LLM and the CUTLASS branch);
+* ``mxfp4_linear``: :class:`SglangQuarkMxfp4Linear` (``QuarkW4A4MXFP4.process_weights_after_loading``:
+  the AITER ASM guard and each path's weight preparation; the activation quantizer of each path read
+  from ``apply_weights``' source).
+
+SGLang has no counterpart of vLLM's Qwen3-Next shared-expert replicate-or-refuse decision
+(``shared_expert``): its Qwen3-Next shared expert is a tensor-parallel MLP without that gate.
+
+Upstream bugs of SGLang 0.5.23 that properties catch are listed in :data:`SGLANG_KNOWN_FAILURES`.
+"""
+
+from __future__ import annotations
+
+import ast
+import contextlib
+import functools
+import importlib
+import importlib.abc
+import importlib.machinery
+import importlib.util
+import inspect
+import sys
+import textwrap
+import types
+from collections.abc import Iterator
+from typing import Any
+from unittest import mock
+
+import torch
+
+from reference.formats import MxScaleRounding
+from reference.layouts import aiter_shuffle_weight, unswizzle_128x4
+from reference.sizes import round_up
+from subjects.moe import AlignedMoe, MoeWeights
+from subjects.mxfp4_linear import CONTRACT as MXFP4_LINEAR
+from subjects.mxfp4_linear import AiterLinearPath, PreparedMxfp4Linear
+from subjects.mxfp4_moe import CONTRACT as MXFP4_MOE
+from subjects.mxfp4_moe import BuiltinMxfp4MoeAlignment, Mxfp4MoeBackend
+from subjects.nvfp4_moe import CONTRACT as NVFP4_MOE
+from subjects.nvfp4_moe import MoeBackend
+from subjects.registry import KnownFailure, Subject, register_subject
+from subjects.vllm import QUANTIZER_ROUNDING
+
+SGLANG_VERSION = "0.5.23"
+"""The SGLang release the adapters were written against (``scripts/install-sglang-cpu.sh`` pins it)."""
+
+
+class SglangUnavailable(RuntimeError):
+    """SGLang is not importable here."""
+
+
+class SglangSourceMismatch(RuntimeError):
+    """SGLang no longer has a symbol or structure an adapter relies on: an SGLang change, or an
+    adapter to update. Deliberately not a ``ValueError``, which properties read as a refusal."""
+
+
+# --- importing SGLang ------------------------------------------------------------------------------
+
+
+class _StandInType(type):
+    """Metaclass of stand-in classes: any class attribute is another stand-in (``InterpolationMode.BICUBIC``)."""
+
+    def __getattr__(cls, name: str) -> Any:
+        if name.startswith("__"):
+            raise AttributeError(name)
+        return _stand_in_class(f"{cls.__name__}.{name}")
+
+
+def _stand_in_class(name: str) -> type:
+    def unavailable(*_: object, **__: object) -> None:
+        raise RuntimeError(f"torchvision is a stand-in here ({name}); SGLang's multimodal processors cannot run")
+
+    return _StandInType(name, (), {"__init__": unavailable, "__call__": unavailable})
+
+
+class _StandInModule(types.ModuleType):
+    """A ``torchvision`` (sub)module whose every public attribute is a stand-in class."""
+
+    def __getattr__(self, name: str) -> Any:
+        if name.startswith("__"):
+            raise AttributeError(name)
+        return _stand_in_class(f"{self.__name__}.{name}")
+
+
+STAND_IN_VERSION = "0.0"
+"""What the stand-in reports as ``torchvision.__version__`` (``transformers`` parses it): older than any
+release, so no version-gated torchvision path is taken."""
+
+
+class _TorchvisionStandIn(importlib.abc.MetaPathFinder, importlib.abc.Loader):
+    """Finds ``torchvision`` and its submodules as :class:`_StandInModule` objects.
+
+    SGLang imports torchvision only through the multimodal processors its config package imports;
+    none of the code under test calls it. The PyPI torchvision cannot be installed beside CPU torch
+    2.13 (it replaces torch with a CUDA build), so where torchvision is absent this finder answers
+    for it. It has no distribution metadata, so ``transformers`` still reports torchvision as absent.
+    """
+
+    def find_spec(self, fullname: str, path: Any, target: Any = None) -> importlib.machinery.ModuleSpec | None:
+        if fullname == "torchvision" or fullname.startswith("torchvision."):
+            return importlib.machinery.ModuleSpec(fullname, self, is_package=True)
+        return None
+
+    def create_module(self, spec: importlib.machinery.ModuleSpec) -> types.ModuleType:
+        module = _StandInModule(spec.name)
+        module.__path__ = []
+        module.__version__ = STAND_IN_VERSION
+        return module
+
+    def exec_module(self, module: types.ModuleType) -> None:
+        return None
+
+
+REQUIRED_SYMBOLS = {
+    "sglang.srt.layers.moe.fused_moe_triton.layer": ("FusedMoE", "narrow_padded_param_and_loaded_weight"),
+    "sglang.srt.layers.moe.moe_runner.base": ("MoeRunnerConfig",),
+    "sglang.srt.layers.moe.utils": ("MoeA2ABackend", "MoeRunnerBackend", "get_moe_runner_backend"),
+    "sglang.srt.layers.moe.moe_runner.flashinfer_trtllm": (
+        "align_fp4_moe_weights_for_flashinfer_trtllm",
+        "trtllm_nvfp4_hidden_alignment",
+    ),
+    "sglang.srt.layers.quantization.modelopt_quant": ("ModelOptFp4Config", "ModelOptNvFp4FusedMoEMethod"),
+    "sglang.srt.layers.quantization.utils": ("prepare_static_weights_for_trtllm_fp4_moe", "swizzle_blockscale"),
+    "sglang.srt.runtime_context": ("get_flags", "override_platform"),
+    "sglang.srt.layers.quantization.mxfp4": (
+        "Mxfp4Config",
+        "Mxfp4MoEMethod",
+        "_use_aiter",
+        "_aiter_k3_opt",
+        "_FI_HAS_SM90_CUTLASS_MXFP4",
+        "has_triton_kernels",
+    ),
+    "sglang.srt.layers.quantization.quark.schemes.quark_w4a4_mxfp4": (
+        "QuarkW4A4MXFP4",
+        "_asm_fp4_scale_swizzle_supported",
+        "_use_aiter_asm_fp4_gemm",
+        "_dequant_linear_to_bf16",
+        "is_gfx95_supported",
+    ),
+}
+"""Every SGLang symbol the adapters call or patch, by module: :func:`sglang_modules` checks them all at
+import, so a moved or renamed one fails loudly, naming it."""
+
+
+def sglang_missing() -> str | None:
+    """Why the ``sglang`` subject cannot run here (SGLang not installed), without importing SGLang."""
+    if importlib.util.find_spec("sglang") is None:
+        return "SGLang is not installed; run scripts/install-sglang-cpu.sh"
+    return None
+
+
+@functools.cache
+def sglang_modules() -> types.SimpleNamespace:
+    """Import SGLang's modules under test and check every symbol of :data:`REQUIRED_SYMBOLS`.
+
+    Where torchvision is not installed, :class:`_TorchvisionStandIn` is put on ``sys.meta_path``
+    first. Raises :class:`SglangUnavailable` when SGLang does not import, and
+    :class:`SglangSourceMismatch` naming each missing symbol.
+    """
+    if importlib.util.find_spec("sglang") is None:
+        raise SglangUnavailable("SGLang is not installed; run scripts/install-sglang-cpu.sh")
+    if importlib.util.find_spec("torchvision") is None:
+        sys.meta_path.append(_TorchvisionStandIn())
+    modules = {}
+    try:
+        for name in REQUIRED_SYMBOLS:
+            modules[name] = importlib.import_module(name)
+    except Exception as exc:
+        raise SglangUnavailable(
+            f"SGLang is not importable ({type(exc).__name__}: {exc}); run scripts/install-sglang-cpu.sh"
+        ) from exc
+    missing = [f"{m}.{s}" for m, symbols in REQUIRED_SYMBOLS.items() for s in symbols if not hasattr(modules[m], s)]
+    if missing:
+        raise SglangSourceMismatch(
+            f"SGLang no longer defines {', '.join(missing)} (adapters written for {SGLANG_VERSION})"
+        )
+    sglang = importlib.import_module("sglang")
+    layer = modules["sglang.srt.layers.moe.fused_moe_triton.layer"]
+    return types.SimpleNamespace(
+        version=getattr(sglang, "__version__", "unknown"),
+        layer=layer,
+        FusedMoE=layer.FusedMoE,
+        MoeRunnerConfig=modules["sglang.srt.layers.moe.moe_runner.base"].MoeRunnerConfig,
+        MoeRunnerBackend=modules["sglang.srt.layers.moe.utils"].MoeRunnerBackend,
+        MoeA2ABackend=modules["sglang.srt.layers.moe.utils"].MoeA2ABackend,
+        get_moe_runner_backend=modules["sglang.srt.layers.moe.utils"].get_moe_runner_backend,
+        trtllm=modules["sglang.srt.layers.moe.moe_runner.flashinfer_trtllm"],
+        modelopt=modules["sglang.srt.layers.quantization.modelopt_quant"],
+        quant_utils=modules["sglang.srt.layers.quantization.utils"],
+        ctx=modules["sglang.srt.runtime_context"],
+        quark_w4a4=modules["sglang.srt.layers.quantization.quark.schemes.quark_w4a4_mxfp4"],
+        mxfp4=modules["sglang.srt.layers.quantization.mxfp4"],
+    )
+
+
+# --- the FusedMoE layer the quant methods and loaders read ------------------------------------------
+
+
+@contextlib.contextmanager
+def moe_backend(runner_backend: str, **platform: bool) -> Iterator[types.SimpleNamespace]:
+    """SGLang's MoE runner backend ``runner_backend`` (a ``MoeRunnerBackend`` value) on a platform with
+    the facts ``platform`` (``override_platform``), through SGLang's own test hooks; no a2a backend."""
+    m = sglang_modules()
+    backend = m.MoeRunnerBackend(runner_backend)
+    a2a = m.MoeA2ABackend.NONE
+    with m.ctx.get_flags().moe.override(runner_backend=backend, a2a_backend=a2a), m.ctx.override_platform(**platform):
+        yield m
+
+
+class _CapturingDispatcher:
+    """The layer's token dispatcher: ``process_weights_after_loading`` only hands it the quant config."""
+
+    def set_quant_config(self, config: dict) -> None:
+        self.quant_config = config
+
+
+def fused_moe_layer(
+    m: types.SimpleNamespace,
+    quant_method: Any,
+    quant_config: Any,
+    experts: int,
+    hidden: int,
+    intermediate: int,
+    gated: bool,
+) -> torch.nn.Module:
+    """A ``FusedMoE`` built with ``object.__new__`` (its ``__init__`` needs a published parallel and server
+    context), holding what ``create_weights``, ``FusedMoE.weight_loader`` and
+    ``process_weights_after_loading`` read: TP size 1, no EP, no fused shared expert, the runner config.
+    ``use_flashinfer_trtllm_moe`` is the layer's own rule (``is_flashinfer_trtllm() or
+    is_flashinfer_trtllm_routed()`` of the selected backend)."""
+    layer = object.__new__(m.FusedMoE)
+    torch.nn.Module.__init__(layer)
+    backend = m.get_moe_runner_backend()
+    attrs = dict(
+        num_experts=experts,
+        num_local_experts=experts,
+        hidden_size=hidden,
+        hidden_size_unpadded=hidden,
+        intermediate_size_per_partition=intermediate,
+        layer_id=0,
+        quant_config=quant_config,
+        quant_method=quant_method,
+        weight_load_method=None,
+        scheme=None,
+        moe_tp_size=1,
+        moe_tp_rank=0,
+        moe_ep_size=1,
+        moe_ep_rank=0,
+        _expert_storage_rank=0,
+        _num_local_routed=experts,
+        _num_global_routed=experts,
+        _has_fused_shared=False,
+        num_fused_shared_experts=0,
+        uses_expert_location=False,
+        use_presharded_weights=False,
+        use_triton_kernels=backend.is_triton_kernels(),
+        use_flashinfer_trtllm_moe=backend.is_flashinfer_trtllm() or backend.is_flashinfer_trtllm_routed(),
+        dispatcher=_CapturingDispatcher(),
+    )
+    for name, value in attrs.items():
+        object.__setattr__(layer, name, value)
+    layer.moe_runner_config = m.MoeRunnerConfig(
+        num_experts=experts,
+        num_local_experts=experts,
+        hidden_size=hidden,
+        intermediate_size_per_partition=intermediate,
+        layer_id=0,
+        top_k=1,
+        num_fused_shared_experts=0,
+        params_dtype=torch.bfloat16,
+        activation="silu" if gated else "relu2",
+        is_gated=gated,
+        layer=layer,
+    )
+    return layer
+
+
+# --- nvfp4_moe: ModelOptNvFp4FusedMoEMethod ----------------------------------------------------------
+
+NVFP4_BACKENDS = {
+    MoeBackend.FLASHINFER_TRTLLM: "flashinfer_trtllm",
+    MoeBackend.FLASHINFER_CUTLASS: "flashinfer_cutlass",
+}
+"""The suite's NVFP4 MoE backends as SGLang ``--moe-runner-backend`` values."""
+
+BLACKWELL = {"is_blackwell": True, "is_sm100": True, "is_cuda": True, "is_hip": False}
+"""Platform facts of a B200 (SM100), where SGLang runs both NVFP4 FlashInfer backends."""
+
+NVFP4_PREFIX = "model.layers.0.mlp.experts"
+
+
+def load_nvfp4_checkpoint(layer: torch.nn.Module, weights: MoeWeights, gated: bool) -> None:
+    """Feed one rank's expert tensors to ``FusedMoE.weight_loader`` as a ModelOpt checkpoint does, per expert
+    and shard: ``w1`` (gate) and ``w3`` (up) of ``w13_weight`` / ``w13_weight_scale``, ``w2``; per-tensor
+    scales of 1.0. The suite's FC1 rows are FlashInfer's ``[up; gate]``; SGLang's loader places the halves."""
+    i = weights.intermediate_size
+    e4m3 = torch.float8_e4m3fn
+    halves = {"w3": slice(0, i), "w1": slice(i, 2 * i)} if gated else {"w1": slice(0, i)}
+    for e in range(weights.w13.shape[0]):
+        for shard, rows in halves.items():
+            layer.weight_loader(layer.w13_weight, weights.w13[e, rows], f"{NVFP4_PREFIX}.w13_weight", shard, e)
+            scale = weights.w13_scale[e, rows].view(e4m3)
+            layer.weight_loader(layer.w13_weight_scale, scale, f"{NVFP4_PREFIX}.w13_weight_scale", shard, e)
+            one = torch.tensor(1.0)
+            layer.weight_loader(layer.w13_weight_scale_2, one, f"{NVFP4_PREFIX}.w13_weight_scale_2", shard, e)
+            layer.weight_loader(layer.w13_input_scale, one, f"{NVFP4_PREFIX}.w13_input_scale", shard, e)
+        layer.weight_loader(layer.w2_weight, weights.w2[e], f"{NVFP4_PREFIX}.w2_weight", "w2", e)
+        scale = weights.w2_scale[e].view(e4m3)
+        layer.weight_loader(layer.w2_weight_scale, scale, f"{NVFP4_PREFIX}.w2_weight_scale", "w2", e)
+        layer.weight_loader(layer.w2_weight_scale_2, torch.tensor(1.0), f"{NVFP4_PREFIX}.w2_weight_scale_2", "w2", e)
+        layer.weight_loader(layer.w2_input_scale, torch.tensor(1.0), f"{NVFP4_PREFIX}.w2_input_scale", "w2", e)
+
+
+class SglangNvfp4MoeAlignment:
+    """SGLang's ModelOpt NVFP4 MoE path (``ModelOptNvFp4FusedMoEMethod``) for FlashInfer TRT-LLM and CUTLASS.
+
+    Under ``--moe-runner-backend flashinfer_trtllm`` / ``flashinfer_cutlass`` on a Blackwell platform
+    (:func:`moe_backend`), a static-scale ModelOpt NVFP4 checkpoint (``ModelOptFp4Config``, group 16,
+    no per-token activation): ``create_weights`` on a :func:`fused_moe_layer` (its intermediate
+    rounding), ``FusedMoE.weight_loader`` for every expert tensor (:func:`load_nvfp4_checkpoint`: the
+    per-half placement and zero fill), then ``process_weights_after_loading``.
+
+    * TRT-LLM branch (``align_fp4_moe_weights_for_flashinfer_trtllm``): the FlashInfer shuffles inside
+      ``prepare_static_weights_for_trtllm_fp4_moe`` are CUDA kernels; the adapter captures that call's
+      inputs (the padded, not yet shuffled weights and the intermediate size it is given) and returns
+      them; the properties run FlashInfer's shuffle helpers themselves.
+    * CUTLASS branch: runs whole (``swizzle_blockscale`` is pure torch); the swizzled scales are read
+      back with the reference inverse of the 128x4 swizzle, and the intermediate size the kernel sees
+      is read off ``w2`` (the CUTLASS runner takes it from the weight shapes).
+    """
+
+    def align_moe(self, backend: MoeBackend, weights: MoeWeights, gated: bool) -> AlignedMoe:
+        with moe_backend(NVFP4_BACKENDS[backend], **BLACKWELL) as m:
+            config = m.modelopt.ModelOptFp4Config(
+                is_checkpoint_nvfp4_serialized=True, group_size=16, use_per_token_activation=False
+            )
+            method = m.modelopt.ModelOptNvFp4FusedMoEMethod(config)
+            e, h, i = weights.w13.shape[0], weights.hidden_size, weights.intermediate_size
+            layer = fused_moe_layer(m, method, config, e, h, i, gated)
+            method.create_weights(
+                layer, e, h, i, torch.bfloat16, weight_loader=layer.weight_loader, with_bias=False,
+                moe_intermediate_size=i,
+            )  # fmt: skip
+            method.create_moe_runner(layer, layer.moe_runner_config)
+            load_nvfp4_checkpoint(layer, weights, gated)
+            if backend is MoeBackend.FLASHINFER_TRTLLM:
+                return self._trtllm(m, method, layer)
+            method.process_weights_after_loading(layer)
+            return self._cutlass(layer, h)
+
+    @staticmethod
+    def _trtllm(m: types.SimpleNamespace, method: Any, layer: torch.nn.Module) -> AlignedMoe:
+        captured: dict[str, Any] = {}
+
+        def capture(w13, w2, w13_scale, w2_scale, hidden_size, intermediate_size, num_experts, **_: object):
+            captured.update(w13=w13, w2=w2, w13_scale=w13_scale, w2_scale=w2_scale, ip=intermediate_size)
+            return w13, w13_scale, w2, w2_scale
+
+        with mock.patch.object(m.quant_utils, "prepare_static_weights_for_trtllm_fp4_moe", capture):
+            method.process_weights_after_loading(layer)
+        if not captured:
+            raise SglangSourceMismatch(
+                "ModelOptNvFp4FusedMoEMethod.process_weights_after_loading did not call "
+                "prepare_static_weights_for_trtllm_fp4_moe under flashinfer_trtllm"
+            )
+        aligned = MoeWeights(
+            w13=captured["w13"], w13_scale=captured["w13_scale"].view(torch.uint8),
+            w2=captured["w2"], w2_scale=captured["w2_scale"].view(torch.uint8), block=16,
+        )  # fmt: skip
+        return AlignedMoe(aligned, int(captured["ip"]), aligned.hidden_size)
+
+    @staticmethod
+    def _cutlass(layer: torch.nn.Module, hidden: int) -> AlignedMoe:
+        w13, w2 = layer.w13_weight.detach(), layer.w2_weight.detach()
+        rows, ip = w13.shape[1], 2 * w2.shape[2]
+        aligned = MoeWeights(
+            w13=w13,
+            w13_scale=unswizzle_128x4(layer.w13_blockscale_swizzled.detach().view(torch.uint8), rows, hidden // 16),
+            w2=w2,
+            w2_scale=unswizzle_128x4(layer.w2_blockscale_swizzled.detach().view(torch.uint8), hidden, ip // 16),
+            block=16,
+        )
+        return AlignedMoe(aligned, ip, hidden)
+
+
+# --- mxfp4_linear: QuarkW4A4MXFP4 (Quark OCP-MX W4A4 dense layers on AITER) ----------------------------
+
+SGLANG_AITER_QUANTIZERS = {"per_1x32_f4_quant": "per_1x32_f4_quant_hip", "dynamic_mxfp4_quant": "dynamic_mxfp4_quant"}
+"""SGLang's custom-op wrappers in ``quark_w4a4_mxfp4.py`` and the AITER quantizer each one calls
+(``per_1x32_f4_quant_hip(x, shuffle=True)``, ``aiter.ops.triton.quant.dynamic_mxfp4_quant``)."""
+
+ASM_LAYER_FLAG = "use_aiter_asm_fp4_gemm"
+"""The layer attribute ``QuarkW4A4MXFP4.process_weights_after_loading`` sets and ``apply_weights`` branches on."""
+
+
+def _called_quantizers(stmts: list[ast.stmt]) -> list[str]:
+    names = {_call_name(n) for s in stmts for n in ast.walk(s) if isinstance(n, ast.Call)}
+    return sorted(names & set(SGLANG_AITER_QUANTIZERS))
+
+
+def _call_name(node: ast.Call) -> str:
+    func = node.func
+    return func.id if isinstance(func, ast.Name) else func.attr if isinstance(func, ast.Attribute) else ""
+
+
+def quark_path_quantizers(apply_weights_source: str) -> dict[AiterLinearPath, str]:
+    """The AITER activation quantizer each path of ``QuarkW4A4MXFP4.apply_weights`` runs, read from source.
+
+    The ASM path is the body of ``if getattr(layer, "use_aiter_asm_fp4_gemm", False): ...``; the Triton
+    path is the rest of the function after it. Each must call exactly one quantizer of
+    :data:`SGLANG_AITER_QUANTIZERS`; otherwise :class:`SglangSourceMismatch`. (The fused pre-quantizing
+    GEMMs serve pre-quantized tuple inputs, which the dense MXFP4 layers the suite models do not get.)
+    """
+    function = ast.parse(textwrap.dedent(apply_weights_source)).body[0]
+    body = getattr(function, "body", [])
+    branch = next(
+        (
+            i
+            for i, s in enumerate(body)
+            if isinstance(s, ast.If) and ASM_LAYER_FLAG in ast.unparse(s.test) and not s.orelse
+        ),
+        None,
+    )
+    if branch is None:
+        raise SglangSourceMismatch(f"QuarkW4A4MXFP4.apply_weights has no 'if getattr(layer, {ASM_LAYER_FLAG!r}...)'")
+    paths = {AiterLinearPath.ASM: body[branch].body, AiterLinearPath.TRITON: body[branch + 1 :]}
+    found = {path: _called_quantizers(stmts) for path, stmts in paths.items()}
+    if any(len(q) != 1 for q in found.values()):
+        raise SglangSourceMismatch(
+            f"QuarkW4A4MXFP4.apply_weights calls the activation quantizers {found}; the adapter expects exactly one "
+            f"of {sorted(SGLANG_AITER_QUANTIZERS)} per path"
+        )
+    return {path: SGLANG_AITER_QUANTIZERS[q[0]] for path, q in found.items()}
+
+
+@functools.cache
+def sglang_linear_quantizers() -> dict[AiterLinearPath, str]:
+    """:func:`quark_path_quantizers` on the installed ``QuarkW4A4MXFP4.apply_weights``."""
+    return quark_path_quantizers(inspect.getsource(sglang_modules().quark_w4a4.QuarkW4A4MXFP4.apply_weights))
+
+
+def _reference_shuffle_weight(weight: torch.Tensor, layout: tuple[int, int] = (16, 16)) -> torch.Tensor:
+    """Stand-in for ``aiter.ops.shuffle.shuffle_weight``: the suite's ``reference.layouts.aiter_shuffle_weight``."""
+    if tuple(layout) != (16, 16):
+        raise SglangSourceMismatch(
+            f"SGLang asks AITER's shuffle_weight for layout {layout}; the reference has (16, 16)"
+        )
+    return aiter_shuffle_weight(weight)
+
+
+class SglangQuarkMxfp4Linear:
+    """SGLang's ``QuarkW4A4MXFP4`` (``quark/schemes/quark_w4a4_mxfp4.py``) on AITER (gfx950).
+
+    * ``process_mxfp4_linear_weights``: ``process_weights_after_loading`` on a ``torch.nn.Module``
+      holding ``weight`` and ``weight_scale`` Parameters, with the module's switches set as on an
+      MI350x with ``SGLANG_ROCM_USE_AITER_FP4_ASM_GEMM=asm_enabled``: ``_use_aiter_asm_fp4_gemm =
+      asm_enabled``, ``is_gfx95_supported() = True``, ``_dequant_linear_to_bf16 = False`` (no
+      ``AITER_FORCE_A8W4``). The module imports AITER's ``shuffle_weight`` only on ROCm; where AITER is
+      absent the adapter supplies the suite's reference (:func:`_reference_shuffle_weight`). So the
+      guard (``_asm_fp4_scale_swizzle_supported`` plus SGLang's ``N <= 128`` rule), the path and the
+      ASM scale swizzle are SGLang's; the ASM weight shuffle is the reference's.
+    * The path is ASM when the layer's ``use_aiter_asm_fp4_gemm`` is set. On the Triton path SGLang keeps
+      the scale as loaded, ``(N, K/32)``, and hands it to ``gemm_afp4wfp4`` as is; the suite's
+      :class:`~subjects.mxfp4_linear.PreparedMxfp4Linear` states the Triton scale in vLLM's storage,
+      ``(K/32, N)`` whose ``.T`` the GEMM gets, so the adapter reports ``scale.T.contiguous()``: the same
+      GEMM operand.
+    * ``use_asm_gemm(shape)``: the path that processing takes, ASM enabled, for a layer whose scale has
+      that shape (a 2-D shape ``(N, K/32)`` gets an ``[N, K/2]`` weight; other ranks fail SGLang's guard
+      before the weight is read).
+    * ``linear_activation_rounding``: the rounding of the AITER quantizer ``apply_weights`` calls on that
+      path (:func:`sglang_linear_quantizers`, :data:`subjects.vllm.QUANTIZER_ROUNDING`).
+    """
+
+    def process_mxfp4_linear_weights(
+        self, weight: torch.Tensor, scale: torch.Tensor, asm_enabled: bool
+    ) -> PreparedMxfp4Linear:
+        m = sglang_modules()
+        scheme = object.__new__(m.quark_w4a4.QuarkW4A4MXFP4)
+        scheme.is_checkpoint_mxfp4_serialized = True
+        layer = torch.nn.Module()
+        layer.weight = torch.nn.Parameter(weight.clone(), requires_grad=False)
+        layer.weight_scale = torch.nn.Parameter(scale.clone(), requires_grad=False)
+        shuffle = getattr(m.quark_w4a4, "shuffle_weight", None) or _reference_shuffle_weight
+        with (
+            mock.patch.object(m.quark_w4a4, "_use_aiter_asm_fp4_gemm", asm_enabled),
+            mock.patch.object(m.quark_w4a4, "_dequant_linear_to_bf16", False),
+            mock.patch.object(m.quark_w4a4, "is_gfx95_supported", lambda: True),
+            mock.patch.object(m.quark_w4a4, "shuffle_weight", shuffle, create=True),
+        ):
+            scheme.process_weights_after_loading(layer)
+        if getattr(layer, ASM_LAYER_FLAG):
+            return PreparedMxfp4Linear(AiterLinearPath.ASM, layer.weight.detach(), layer.weight_scale.detach())
+        scale = layer.weight_scale.detach()
+        return PreparedMxfp4Linear(
+            AiterLinearPath.TRITON, layer.weight.detach(), scale.mT.contiguous() if scale.ndim == 2 else scale
+        )
+
+    def use_asm_gemm(self, scale_shape: tuple[int, ...]) -> bool:
+        shape = tuple(scale_shape)
+        rows = shape[0] if shape else 0
+        weight = torch.zeros(rows, 16 * shape[1] if len(shape) == 2 else 1, dtype=torch.uint8)
+        prepared = self.process_mxfp4_linear_weights(weight, torch.zeros(shape, dtype=torch.uint8), asm_enabled=True)
+        return prepared.path is AiterLinearPath.ASM
+
+    def prepare_asm_linear(self, weight: torch.Tensor, scale: torch.Tensor) -> PreparedMxfp4Linear:
+        return self.process_mxfp4_linear_weights(weight, scale, asm_enabled=True)
+
+    def prepare_triton_linear(self, weight: torch.Tensor, scale: torch.Tensor) -> PreparedMxfp4Linear:
+        return self.process_mxfp4_linear_weights(weight, scale, asm_enabled=False)
+
+    def linear_activation_rounding(self, path: AiterLinearPath) -> MxScaleRounding:
+        return QUANTIZER_ROUNDING[sglang_linear_quantizers()[path]]
+
+
+# --- mxfp4_moe: Mxfp4MoEMethod (gpt-oss-style MXFP4 checkpoints) -------------------------------------
+
+MXFP4_BACKENDS: dict[Mxfp4MoeBackend, tuple[str, dict[str, bool], dict[str, bool]]] = {
+    Mxfp4MoeBackend.FLASHINFER_TRTLLM: ("flashinfer_mxfp4", {"is_sm100": True, "is_blackwell": True}, {}),
+    Mxfp4MoeBackend.FLASHINFER_CUTLASS_SM90: (
+        "flashinfer_mxfp4",
+        {"is_sm90": True, "is_sm100": False, "is_blackwell": False},
+        {"_FI_HAS_SM90_CUTLASS_MXFP4": True},
+    ),
+    Mxfp4MoeBackend.AITER: ("auto", {"is_hip": True, "is_cuda": False, "is_sm100": False}, {"_use_aiter": True}),
+    Mxfp4MoeBackend.MARLIN: ("marlin", {"is_sm90": True, "is_sm100": False}, {}),
+}
+"""The suite's MXFP4 MoE backends as SGLang selects them: ``--moe-runner-backend``, the platform facts
+(``override_platform``) and the switches of ``quantization/mxfp4.py`` that SGLang reads from the
+environment at import (``SGLANG_USE_AITER`` on ROCm; FlashInfer's SM90 mixed-GEMM helpers, PR #3084)."""
+
+
+@contextlib.contextmanager
+def sglang_layer_context(runner_backend: str, platform: dict[str, bool], tp: int = 1, rank: int = 0) -> Iterator[Any]:
+    """What a real ``FusedMoE(...)`` needs to be constructed: the backend and platform (:func:`moe_backend`),
+    a published dummy ``ServerArgs`` (``get_context().override_server_args()``, SGLang's test hook) and the
+    MoE parallel layout ``moe_tp_size = tp``, ``moe_tp_rank = rank``, no EP."""
+    with moe_backend(runner_backend, **platform) as m:
+        context = m.ctx.get_context()
+        with (
+            context.override_server_args(),
+            m.ctx.get_parallel().override(
+                tp_size=tp, tp_rank=rank, moe_tp_size=tp, moe_tp_rank=rank, moe_ep_size=1, moe_ep_rank=0
+            ),
+        ):
+            yield m
+
+
+class SglangMxfp4MoeAlignment(BuiltinMxfp4MoeAlignment):
+    """Sizes from a real ``FusedMoE`` of SGLang's ``Mxfp4MoEMethod`` (``quantization/mxfp4.py``), for the
+    SGLang backend :data:`MXFP4_BACKENDS` names.
+
+    ``FusedMoE(num_experts, hidden, intermediate, quant_config=Mxfp4Config(is_checkpoint_mxfp4_serialized=True))``
+    runs its own constructor (:func:`sglang_layer_context`) at TP 1: ``FusedMoE.__init__``'s hidden rounding
+    for ``flashinfer_mxfp4`` and ``Mxfp4MoEMethod.create_weights``' per-backend rounding decide the buffer,
+    read back as ``(w13_weight.shape[1] / 2, 2 · w13_weight.shape[2])``. FlashInfer's SM90 CUTLASS path
+    allocates the unpadded buffer and rebuilds a padded one after loading; its sizes are the method's
+    ``_padded_intermediate`` / ``_padded_hidden``.
+
+    Only the sizes are SGLang's: the zero padding per gate/up half and the FC1 row order are the built-in
+    policy's (``subjects.moe.pad_moe``, ``reference.padding``), as for the vLLM subject; SGLang's
+    ``Mxfp4MoEMethod`` serves gpt-oss-style checkpoints, and the Quark OCP-MX family
+    (``QuarkW4A4MXFp4MoE``) is sized by the same rounding here.
+    """
+
+    def sizes(self, backend: Mxfp4MoeBackend, weights: MoeWeights) -> tuple[int, int]:
+        runner, platform, switches = MXFP4_BACKENDS[backend]
+        with sglang_layer_context(runner, platform) as m, contextlib.ExitStack() as stack:
+            for name, value in switches.items():
+                stack.enter_context(mock.patch.object(m.mxfp4, name, value))
+            config = m.mxfp4.Mxfp4Config(is_checkpoint_mxfp4_serialized=True)
+            layer = m.FusedMoE(
+                num_experts=weights.w13.shape[0], hidden_size=weights.hidden_size,
+                intermediate_size=weights.intermediate_size, layer_id=0, top_k=1, quant_config=config,
+                prefix="model.layers.0.mlp.experts", activation="silu", with_bias=True,
+            )  # fmt: skip
+        method = layer.quant_method
+        if not isinstance(method, m.mxfp4.Mxfp4MoEMethod):
+            raise SglangSourceMismatch(f"Mxfp4Config gave FusedMoE a {type(method).__name__}, not Mxfp4MoEMethod")
+        if backend is Mxfp4MoeBackend.FLASHINFER_CUTLASS_SM90:
+            return method._padded_intermediate, method._padded_hidden
+        return layer.w13_weight.shape[1] // 2, 2 * layer.w13_weight.shape[2]
+
+
+# --- known upstream bugs -----------------------------------------------------------------------------
+
+SGLANG_SOURCE = f"https://github.com/sgl-project/sglang/blob/v{SGLANG_VERSION}/python/sglang/srt"
+"""SGLang's source at the adapted release, for ledger entries that cite a line rather than an issue."""
+
+
+def _gated_rows_not_128(shape: Any) -> bool:
+    """A gated NVFP4 layer whose fused FC1 rows ``2I`` the 128x4 scale swizzle would pad."""
+    return shape.gated and (2 * shape.intermediate) % 128 != 0
+
+
+def _hidden_not_128(shape: Any) -> bool:
+    """A hidden size FlashInfer's FC2 row shuffle and 128x4 swizzle reject unpadded (``H % 128``)."""
+    return shape.hidden % 128 != 0
+
+
+def _hidden_128_not_256(shape: Any) -> bool:
+    """A hidden size that is a multiple of 128 but not of 256 (Nemotron-3-Nano's 2688)."""
+    return shape.hidden % 128 == 0 and shape.hidden % 256 != 0
+
+
+def _small_n_asm_capable(config: Any) -> bool:
+    """A 2-D scale the layout guard accepts (``rows % 32``, ``cols % 8``, not 96 rows) with ``N <= 128``:
+    the suite's contract sends it to ASM, SGLang 0.5.23 keeps it on Triton."""
+    shape = tuple(config.shape if hasattr(config, "shape") else config.scale_shape)
+    return len(shape) == 2 and shape[0] % 32 == 0 and shape[1] % 8 == 0 and shape[0] <= 128 and shape[0] != 96
+
+
+def _hidden_256_over_128(config: Any) -> bool:
+    """An MXFP4 MoE hidden size that rounding to 256 pads further than rounding to 128 (gpt-oss 2880)."""
+    h = config.shape.hidden
+    return round_up(h, 256) != round_up(h, 128)
+
+
+def _inter_128_over_64(config: Any) -> bool:
+    """An MXFP4 MoE intermediate size that rounding to 128 pads further than rounding to 64 (288, 192)."""
+    i = config.shape.intermediate
+    return round_up(i, 128) != round_up(i, 64)
+
+
+SGLANG_KNOWN_FAILURES: tuple[KnownFailure, ...] = (
+    KnownFailure(
+        NVFP4_MOE,
+        "flashinfer_cutlass: process_weights_after_loading asserts 'The intermediate size required padding, but "
+        "padding is also implemented for gated activations' when the 128x4 swizzle pads gated FC1 rows "
+        "(Gemma-4-26B-A4B TP=2, Step-3.7-Flash TP=8); open fix: PR #30888",
+        "https://github.com/sgl-project/sglang/issues/30887",
+        applies=_gated_rows_not_128,
+        raises=AssertionError,
+        match=r"The intermediate size required padding, but padding is also implemented for gated activations",
+        backend=MoeBackend.FLASHINFER_CUTLASS.value,
+    ),
+    *(
+        KnownFailure(
+            NVFP4_MOE,
+            "flashinfer_trtllm: align_fp4_moe_weights_for_flashinfer_trtllm pads the hidden size only to "
+            "trtllm_nvfp4_hidden_alignment (1, or 512 for per-token non-gated), so H % 128 != 0 (gpt-oss "
+            "H = 2880) reaches FlashInfer's FC2 shuffle, which asks callers to zero-pad hidden_size to 128; "
+            "found by this suite, not reported upstream",
+            f"{SGLANG_SOURCE}/layers/moe/moe_runner/flashinfer_trtllm.py",
+            applies=_hidden_not_128,
+            raises=AssertionError,
+            match=r"rejected FC2 scales with \d+ rows: input_tensor\.shape\[0\]=\d+ must be a multiple of 128",
+            backend=MoeBackend.FLASHINFER_TRTLLM.value,
+            check=check,
+        )
+        for check in ("check_flashinfer_accepts", "check_prepare_round_trip")
+    ),
+    KnownFailure(
+        NVFP4_MOE,
+        "Disputed: SGLang runs static NVFP4 TRT-LLM MoE with H % 256 == 128 unpadded (its docstring: 'Every other "
+        "variant runs unpadded', measured with FlashInfer 0.7.0.post1), FlashInfer 0.7.4's valid_hidden_size "
+        "docstring says 'For NVFP4 the padded hidden_size must be a multiple of 256 (128 gives wrong results)'; "
+        "settled by trtllm_fp4_block_scale_moe on a B200 at H = 2688 against the reference",
+        f"{SGLANG_SOURCE}/layers/moe/moe_runner/flashinfer_trtllm.py",
+        applies=_hidden_128_not_256,
+        raises=AssertionError,
+        match=r"hidden size \d+ is not a multiple of 256 \(FlashInfer 0\.7\.4: 128 gives wrong results\)",
+        backend=MoeBackend.FLASHINFER_TRTLLM.value,
+        check="check_flashinfer_accepts",
+    ),
+    *(
+        KnownFailure(
+            MXFP4_LINEAR,
+            "Disputed: QuarkW4A4MXFP4 keeps every layer with N <= 128 on the Triton GEMM (_ASM_FP4_UNSAFE_MAX_N: "
+            "'gemm_a4w4's untuned ASM heuristic returns wrong rows 1..M-1 for N <= 128 at 2 <= M <= 64', measured "
+            "on ROCm/aiter@e7d2453f2, MI355X); vLLM PR #58139 forces only 96-row scales to Triton and keeps "
+            "(128, 160) on ASM. Settled by AITER's gemm_a4w4 (bpreshuffle, untuned) on an MI350x/MI355x at N = 32, "
+            "64, 128 (N = 160 as control), M = 2..64, against the dequantized reference",
+            f"{SGLANG_SOURCE}/layers/quantization/quark/schemes/quark_w4a4_mxfp4.py",
+            applies=_small_n_asm_capable,
+            raises=AssertionError,
+            match=r"guard falls back to Triton for scale \(\d+, \d+\)",
+            check=check,
+        )
+        for check in ("check_asm_guard_truth_table", "check_asm_taken_where_supported")
+    ),
+    KnownFailure(
+        MXFP4_MOE,
+        "flashinfer_mxfp4 on SM90 (CUTLASS mixed GEMM, K % 128): FusedMoE.__init__ rounds the hidden size to 256 "
+        "for every flashinfer_mxfp4 layer, the SM100 trtllm-gen rule (gpt-oss 2880 -> 3072, not 2944; "
+        "Mxfp4MoEMethod's comment notes it); found by this suite, not reported upstream",
+        f"{SGLANG_SOURCE}/layers/moe/fused_moe_triton/layer.py",
+        applies=_hidden_256_over_128,
+        raises=AssertionError,
+        match=r"over-padding: H \d+ was padded to \d+, but \d+ is accepted",
+        backend=Mxfp4MoeBackend.FLASHINFER_CUTLASS_SM90.value,
+        check="check_minimal_and_idempotent",
+    ),
+    KnownFailure(
+        MXFP4_MOE,
+        "marlin: Mxfp4MoEMethod.create_weights rounds the intermediate to 128 and the hidden size to 256 where "
+        "Marlin needs ru(I, 64) and H % 128 (DeepSeek-V4.1-Flash TP8 288 -> 384, not 320; gpt-oss H 2880 -> "
+        "3072, not 2944): the over-padding vLLM PR #56697 removes from vLLM; found by this suite, not reported "
+        "to SGLang",
+        f"{SGLANG_SOURCE}/layers/quantization/mxfp4.py",
+        applies=lambda config: _inter_128_over_64(config) or _hidden_256_over_128(config),
+        raises=AssertionError,
+        match=r"over-padding: [IH] \d+ was padded to \d+, but \d+ is accepted",
+        backend=Mxfp4MoeBackend.MARLIN.value,
+        check="check_minimal_and_idempotent",
+    ),
+)
+
+
+register_subject(
+    Subject(
+        "sglang",
+        f"SGLang's real alignment, placement and fallback functions (scripts/install-sglang-cpu.sh, SGLang {SGLANG_VERSION})",
+        {
+            NVFP4_MOE: SglangNvfp4MoeAlignment(),
+            MXFP4_LINEAR: SglangQuarkMxfp4Linear(),
+            MXFP4_MOE: SglangMxfp4MoeAlignment(),
+        },
+        known_failures=SGLANG_KNOWN_FAILURES,
+        missing=sglang_missing,
+    )
+)
