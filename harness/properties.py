@@ -172,6 +172,7 @@ def _register(
     params = [argname, *(["backend"] if with_backend else []), "policy", "request", *fixtures]
 
     def test(**kwargs: Any) -> None:
+        __tracebackhide__ = True
         request: pytest.FixtureRequest = kwargs["request"]
         run_check(
             fn,
@@ -186,6 +187,9 @@ def _register(
     test.__signature__ = inspect.Signature(  # type: ignore[attr-defined]
         [inspect.Parameter(p, inspect.Parameter.KEYWORD_ONLY) for p in params]
     )
+    # pytest reports (skips, locations) point at the check, not at this module
+    code = fn.__code__  # type: ignore[attr-defined]
+    test.__code__ = test.__code__.replace(co_filename=code.co_filename, co_firstlineno=code.co_firstlineno)
     test.__name__ = test.__qualname__ = name
     test.__module__ = namespace.get("__name__", fn.__module__)
     test.__doc__ = fn.__doc__
