@@ -24,7 +24,7 @@ from types import ModuleType
 
 import torch
 
-from adapters.flashinfer import LibraryUnavailable
+from contracts.errors import LibraryUnavailable
 from reference.formats import MXFP4_BLOCK
 from reference.layouts import aiter_e8m0_unshuffle
 

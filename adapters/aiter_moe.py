@@ -12,7 +12,7 @@ from __future__ import annotations
 import torch
 
 from adapters.aiter import _import, require_gfx950, require_parameters
-from subjects.moe import MoeWeights
+from contracts.moe import MoeWeights
 
 
 def fused_moe_a4w4(

@@ -5,7 +5,7 @@ and ``pad_trtllm_moe_weights`` are FlashInfer's own pure-torch functions and run
 128x4 ``block_scale_interleave`` and the host dequant ops live in the CUDA JIT module
 ``fp4_quantization_{arch}`` and run where a CUDA GPU is present.
 
-A missing library raises :class:`LibraryUnavailable` (the plugin turns it into a skip naming
+A missing library raises :class:`contracts.errors.LibraryUnavailable` (the plugin turns it into a skip naming
 what is missing); an assertion inside FlashInfer is re-raised as ``AssertionError`` that names
 the helper, the shape and FlashInfer's own message.
 """
@@ -20,11 +20,9 @@ from types import ModuleType
 
 import torch
 
+from contracts.errors import LibraryUnavailable
 from reference.layouts import TRTLLM_EPILOGUE_TILE_M
-
-
-class LibraryUnavailable(RuntimeError):
-    """A library (or the hardware one of its kernels needs) is not present."""
+from reference.sizes import round_up
 
 
 @functools.cache
@@ -164,54 +162,52 @@ def mxfp4_dequantize_host(packed: torch.Tensor, scales: torch.Tensor) -> torch.T
     return quant.mxfp4_dequantize_host(packed.cpu().contiguous(), scales.cpu().contiguous(), 32)
 
 
-def nvfp4_moe_violations(backend: str, intermediate: int, hidden: int, gated: bool) -> list[str]:
-    """Why FlashInfer ``backend`` would reject NVFP4 expert weights of padded sizes ``(Ip, Hp)``.
+def trtllm_nvfp4_violations(intermediate: int, hidden: int, gated: bool) -> list[str]:
+    """Why trtllm-gen would reject NVFP4 expert weights of padded sizes ``(Ip, Hp)``; empty if none.
 
-    ``flashinfer-trtllm``: FlashInfer's own weight and scale row-index helpers must accept FC1
-    (``F·Ip`` rows) and FC2 (``Hp`` rows); the 128x4-swizzled scales must have exactly the linear
-    numel, because the prep views them back as ``[rows, K/16]`` (``Ip % 64`` and ``Hp % 64``);
-    and FlashInfer 0.7.4 documents that NVFP4 hidden sizes must be multiples of 256.
-    ``flashinfer-cutlass``: the 128x4 swizzle of the FC1 scales must add no rows (vLLM raises
-    for gated layers and would have to pad non-gated ones), and ``Ip % 16``, ``Hp % 16`` (TMA
-    alignment for FP4 activations; FlashInfer's tests run H = 160, 288). Returns an empty list
-    when every rule holds.
+    FlashInfer's own weight and scale row-index helpers must accept FC1 (``F·Ip`` rows) and FC2
+    (``Hp`` rows); the 128x4-swizzled scales must have exactly the linear numel, because the prep
+    views them back as ``[rows, K/16]`` (``Ip % 64`` and ``Hp % 64``); and FlashInfer 0.7.4
+    documents that NVFP4 hidden sizes must be multiples of 256.
     """
-    from reference.sizes import round_up
-
     f = 2 if gated else 1
     rows = f * intermediate
     problems: list[str] = []
-    if backend == "flashinfer-trtllm":
-        for label, call in (
-            ("FC1 weights", lambda: fc1_permutation(rows, gated, scales=False)),
-            ("FC1 scales", lambda: fc1_permutation(rows, gated, scales=True)),
-            ("FC2 weights", lambda: fc2_permutation(hidden, scales=False)),
-            ("FC2 scales", lambda: fc2_permutation(hidden, scales=True)),
-        ):
-            try:
-                call()
-            except AssertionError as exc:
-                problems.append(f"{label}: {exc}")
-        for label, m, kc in (("FC1", rows, hidden // 16), ("FC2", hidden, intermediate // 16)):
-            swizzled = round_up(m, 128) * round_up(kc, 4)
-            if swizzled != m * kc:
-                problems.append(
-                    f"{label} scales: the 128x4-swizzled buffer holds {swizzled} bytes but is viewed back as "
-                    f"[{m}, {kc}] = {m * kc} bytes (needs rows % 128 and K/16 % 4)"
-                )
-        if hidden % 256:
+    for label, call in (
+        ("FC1 weights", lambda: fc1_permutation(rows, gated, scales=False)),
+        ("FC1 scales", lambda: fc1_permutation(rows, gated, scales=True)),
+        ("FC2 weights", lambda: fc2_permutation(hidden, scales=False)),
+        ("FC2 scales", lambda: fc2_permutation(hidden, scales=True)),
+    ):
+        try:
+            call()
+        except AssertionError as exc:
+            problems.append(f"{label}: {exc}")
+    for label, m, kc in (("FC1", rows, hidden // 16), ("FC2", hidden, intermediate // 16)):
+        swizzled = round_up(m, 128) * round_up(kc, 4)
+        if swizzled != m * kc:
             problems.append(
-                f"hidden size {hidden} is not a multiple of 256 (FlashInfer 0.7.4: 128 gives wrong results)"
+                f"{label} scales: the 128x4-swizzled buffer holds {swizzled} bytes but is viewed back as "
+                f"[{m}, {kc}] = {m * kc} bytes (needs rows % 128 and K/16 % 4)"
             )
-    elif backend == "flashinfer-cutlass":
-        if round_up(rows, 128) != rows:
-            problems.append(
-                f"the 128x4 scale swizzle pads FC1 from {rows} to {round_up(rows, 128)} rows (gated={gated})"
-            )
-        if intermediate % 16:
-            problems.append(f"intermediate size {intermediate} is not a multiple of 16")
-        if hidden % 16:
-            problems.append(f"hidden size {hidden} is not a multiple of 16 (TMA alignment of FP4 activations)")
-    else:
-        raise ValueError(f"unknown NVFP4 MoE backend {backend!r}")
+    if hidden % 256:
+        problems.append(f"hidden size {hidden} is not a multiple of 256 (FlashInfer 0.7.4: 128 gives wrong results)")
+    return problems
+
+
+def cutlass_nvfp4_violations(intermediate: int, hidden: int, gated: bool) -> list[str]:
+    """Why ``cutlass_fused_moe`` NVFP4 would reject expert weights of padded sizes ``(Ip, Hp)``.
+
+    The 128x4 swizzle of the FC1 scales must add no rows (vLLM raises for gated layers and would
+    have to pad non-gated ones), and ``Ip % 16``, ``Hp % 16`` (TMA alignment for FP4 activations;
+    FlashInfer's tests run H = 160, 288). Returns an empty list when every rule holds.
+    """
+    rows = (2 if gated else 1) * intermediate
+    problems: list[str] = []
+    if round_up(rows, 128) != rows:
+        problems.append(f"the 128x4 scale swizzle pads FC1 from {rows} to {round_up(rows, 128)} rows (gated={gated})")
+    if intermediate % 16:
+        problems.append(f"intermediate size {intermediate} is not a multiple of 16")
+    if hidden % 16:
+        problems.append(f"hidden size {hidden} is not a multiple of 16 (TMA alignment of FP4 activations)")
     return problems

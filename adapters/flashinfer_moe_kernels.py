@@ -21,7 +21,7 @@ reference quantizer, so the caller knows the exact bytes the kernel reads; swizz
 "4over6" is switched off explicitly so environment variables cannot change the recipe.
 
 Without an SM100 GPU (compute capability 10.x) every runner raises
-:class:`adapters.flashinfer.LibraryUnavailable`; the weight preparation and scalar helpers are
+:class:`contracts.errors.LibraryUnavailable`; the weight preparation and scalar helpers are
 pure torch and also run on CPU.
 """
 
@@ -33,12 +33,13 @@ from dataclasses import dataclass
 import torch
 
 from adapters import flashinfer as fi
+from contracts.errors import LibraryUnavailable
+from contracts.moe import AlignedMoe, MoeWeights
 from reference.errors import require
 from reference.formats import NVFP4_BLOCK, GlobalScale, nvfp4_quantize
 from reference.layouts import swizzle_128x4
-from reference.moe import Activation, ActivationKind
+from reference.moe import Activation, ActivationKind, route
 from reference.padding import pad_dim
-from subjects.moe import AlignedMoe, MoeWeights
 
 TRTLLM_ACTIVATIONS = {
     ActivationKind.SWIGLU: "Swiglu",  # 3
@@ -90,11 +91,11 @@ class TrtllmFp4Weights:
 
 
 def require_sm100(entry_point: str) -> None:
-    """Raise :class:`~adapters.flashinfer.LibraryUnavailable` unless this is an SM100 GPU (cc 10.x)."""
+    """Raise :class:`~contracts.errors.LibraryUnavailable` unless this is an SM100 GPU (cc 10.x)."""
     cc = fi.cuda_capability()
     if cc is None or torch.version.hip is not None or cc[0] != 10:
         here = "no NVIDIA GPU" if cc is None or torch.version.hip is not None else f"compute capability {cc}"
-        raise fi.LibraryUnavailable(
+        raise LibraryUnavailable(
             f"FlashInfer {entry_point} runs only on SM100 (B200/GB200/B300, compute capability 10.x); "
             f"this machine has {here}"
         )
@@ -353,3 +354,17 @@ def run_cutlass_fused_moe_nvfp4(
         **swiglu,
     )
     return out.float()
+
+
+def run_cutlass_fp4_moe(
+    aligned: AlignedMoe,
+    x: torch.Tensor,
+    logits: torch.Tensor,
+    top_k: int,
+    activation: Activation,
+    scales: Nvfp4MoeScales,
+) -> torch.Tensor:
+    """:func:`run_cutlass_fused_moe_nvfp4` with host routing from fp32 ``logits [T, E]``
+    (:func:`reference.moe.route`: softmax, top-k, renormalise), the signature of :func:`run_trtllm_fp4_moe`."""
+    weights, ids = route(logits, top_k)
+    return run_cutlass_fused_moe_nvfp4(aligned, x, ids, weights, activation, scales)

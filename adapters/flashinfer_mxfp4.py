@@ -4,18 +4,21 @@ CPU (pure torch, FlashInfer's own functions): the trtllm-gen row-index helpers
 (``get_w2_permute_indices_with_cache``, which vLLM applies to *every* MXFP4 tensor, scales with
 ``num_elts_per_sf=16``), the SM90 mixed-GEMM scale fold and ``pad_trtllm_moe_weights``.
 GPU (SM100): ``trtllm_fp4_block_scale_routed_moe`` with MXFP4 weights and BF16 or MXFP8
-activations. Shapes follow :mod:`subjects.moe`: ``I``/``H`` are padded sizes, scales ``[rows, K/32]``.
+activations. Shapes follow :mod:`contracts.moe`: ``I``/``H`` are padded sizes, scales ``[rows, K/32]``.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
 import torch
 
 from adapters import flashinfer as fi
-from adapters.flashinfer import LibraryUnavailable
+from contracts.errors import LibraryUnavailable
+from contracts.moe import AlignedMoe
+from reference.errors import require
 from reference.formats import MXFP4_BLOCK, e4m3_decode, ue8m0_decode
 from reference.moe import Activation, ActivationKind
 from reference.padding import pad_dim
@@ -131,6 +134,37 @@ class TrtllmWeights:
     w2_bias: torch.Tensor | None
     intermediate: int
     hidden: int
+
+
+def _reshape_back(swizzled: torch.Tensor, rows: int, cols: int) -> torch.Tensor:
+    require(
+        swizzled.numel() == rows * cols,
+        f"the 128x4-swizzled scales hold {swizzled.numel()} bytes; vLLM / FlashInfer reshape them to "
+        f"[{rows}, {cols}] = {rows * cols} bytes (needs rows % 128 and K % 128)",
+    )
+    return swizzled.reshape(rows, cols)
+
+
+def trtllm_mxfp4_weights(aligned: AlignedMoe, swizzle: Callable[[torch.Tensor], torch.Tensor]) -> TrtllmWeights:
+    """vLLM's TRTLLM MXFP4 prep after the reorder: FlashInfer's ``get_w2_permute_indices_with_cache``
+    rows for every tensor (scales: the ``num_elts_per_sf=16`` variant, then ``swizzle``, 128x4)."""
+    w, ip, hp = aligned.weights, aligned.intermediate_size, aligned.hidden_size
+    rows = 2 * ip
+    p13, s13, p2, s2 = (fi.fc2_permutation(m, sf) for m, sf in ((rows, False), (rows, True), (hp, False), (hp, True)))
+
+    def scales(s: torch.Tensor, perm: torch.Tensor) -> torch.Tensor:
+        return torch.stack([_reshape_back(swizzle(e[perm].contiguous()), e.shape[0], e.shape[1]) for e in s])
+
+    return TrtllmWeights(
+        w13=w.w13[:, p13],
+        w13_scale=scales(w.w13_scale, s13),
+        w13_bias=None if w.w13_bias is None else w.w13_bias[:, p13],
+        w2=w.w2[:, p2],
+        w2_scale=scales(w.w2_scale, s2),
+        w2_bias=None if w.w2_bias is None else w.w2_bias[:, p2],
+        intermediate=ip,
+        hidden=hp,
+    )
 
 
 def _require_sm100() -> None:

@@ -30,13 +30,13 @@ from typing import Any
 import torch
 
 from adapters import flashinfer as fi
-from adapters.flashinfer import LibraryUnavailable
+from contracts.errors import LibraryUnavailable
+from contracts.moe import MoeWeights
 from reference.errors import require
 from reference.formats import MXFP4_BLOCK
 from reference.layouts import Fc1Layout
 from reference.moe import Activation, ActivationKind
 from reference.padding import pad_dim
-from subjects.moe import MoeWeights
 
 FAST_BUILD_DEFINE = "-DFAST_BUILD"
 FAST_BUILD_SUFFIX = "_fastbuild"

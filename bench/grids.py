@@ -81,7 +81,8 @@ Ambiguities and judgement calls
   pads, read from the weight tensors, with ``tokens = 0``.
 * ``test_rocm_mxfp4.py`` writes A4W4 and preshuffled shapes as ``(M, K, N)`` and skinny shapes as ``M`` x
   ``(N, K)``; both are normalised to ``LinearGridPoint(m, n, k)`` here. Its ASM-swizzle truth table is keyed by
-  the weight-scale shape ``(N, K/32)``: it is kept as :data:`ASM_SCALE_SWIZZLE_CASES`, not as GEMM points.
+  the weight-scale shape ``(N, K/32)``: it lives once, as ``backends.mxfp4_linear.VLLM_GUARD_TABLE``, and
+  :mod:`bench.grids_adapter` runs its 2-D rows as a grid, not as GEMM points.
 """
 
 from __future__ import annotations
@@ -127,38 +128,6 @@ class Grid:
     points: tuple[MoeGridPoint, ...] | tuple[LinearGridPoint, ...]
 
 
-@dataclass(frozen=True)
-class ScaleSwizzleCase:
-    """One row of vLLM's AITER ASM FP4 scale-swizzle truth table, keyed by the E8M0 weight-scale shape.
-
-    The scale of an MXFP4 weight ``(n, k)`` has shape ``(n, k / 32)``, so ``n = scale_rows`` and
-    ``k = 32 * scale_cols``.
-    """
-
-    scale_rows: int
-    scale_cols: int
-    supported: bool
-    source: str
-
-    @property
-    def n(self) -> int:
-        return self.scale_rows
-
-    @property
-    def k(self) -> int:
-        return 32 * self.scale_cols
-
-
-@dataclass(frozen=True)
-class PaddingAnchor:
-    """A padded size a test asserts exactly: ``unpadded -> padded`` for the named dimension."""
-
-    dimension: str
-    unpadded: int
-    padded: int
-    source: str
-
-
 # --------------------------------------------------------------------------------------------------
 # Revisions and small helpers
 # --------------------------------------------------------------------------------------------------
@@ -174,7 +143,7 @@ _VLLM_FI_MOE = "vllm-project/vllm@07bd9393a2ba:tests/kernels/moe/test_flashinfer
 _VLLM_COSINE = "vllm-project/vllm@978a6a5e220b:tests/kernels/moe/test_flashinfer_nvfp4_cosine_similarity.py"
 _VLLM_MXFP4_MOE = "vllm-project/vllm@main-2026(newest-stored):tests/kernels/moe/test_mxfp4_moe.py"
 _VLLM_HIDDEN_PAD = "vllm-project/vllm@12fef2fce577:tests/quantization/test_trtllm_nvfp4_hidden_dim_padding.py"
-_VLLM_ROCM_MXFP4 = "vllm-project/vllm@01aae91ba16d:tests/kernels/quantization/test_rocm_mxfp4.py"
+VLLM_ROCM_MXFP4 = "vllm-project/vllm@01aae91ba16d:tests/kernels/quantization/test_rocm_mxfp4.py"
 _VLLM_MARLIN_PAD = "vllm-project/vllm@c47bfadcf684:tests/kernels/quantization/test_marlin_utils_fp4_padding.py"
 
 
@@ -775,87 +744,38 @@ VLLM_MOE_GRIDS: tuple[Grid, ...] = (
 VLLM_LINEAR_GRIDS: tuple[Grid, ...] = (
     Grid(
         name="vllm/test_rocm_mxfp4/test_aiter_fp4_gemm_a4w4_accuracy",
-        source=f"{_VLLM_ROCM_MXFP4}::test_aiter_fp4_gemm_a4w4_accuracy",
+        source=f"{VLLM_ROCM_MXFP4}::test_aiter_fp4_gemm_a4w4_accuracy",
         format="mxfp4",
         backend="aiter-triton",  # gemm_afp4wfp4
         points=_linear_mkn((64, 128, 64), (128, 256, 128), (128, 4096, 4096), (256, 4096, 11008), (64, 8192, 28672)),
     ),
     Grid(
         name="vllm/test_rocm_mxfp4/test_aiter_fp4_gemm_a4w4_determinism",
-        source=f"{_VLLM_ROCM_MXFP4}::test_aiter_fp4_gemm_a4w4_determinism",
+        source=f"{VLLM_ROCM_MXFP4}::test_aiter_fp4_gemm_a4w4_determinism",
         format="mxfp4",
         backend="aiter-triton",
         points=_linear_mkn((128, 256, 128)),
     ),
     Grid(
         name="vllm/test_rocm_mxfp4/test_aiter_fp4_gemm_preshuffled_tuned_shapes",
-        source=f"{_VLLM_ROCM_MXFP4}::test_aiter_fp4_gemm_preshuffled_tuned_shapes",
+        source=f"{VLLM_ROCM_MXFP4}::test_aiter_fp4_gemm_preshuffled_tuned_shapes",
         format="mxfp4",
         backend="aiter-triton-preshuffle",  # gemm_afp4wfp4_preshuffle on PRESHUFFLED_SHAPES
         points=_linear_mkn((64, 4096, 8192), (32, 8192, 16384)),
     ),
     Grid(
         name="vllm/test_rocm_mxfp4/test_aiter_fp4_gemm_skinny_shapes",
-        source=f"{_VLLM_ROCM_MXFP4}::test_aiter_fp4_gemm_skinny_shapes",
+        source=f"{VLLM_ROCM_MXFP4}::test_aiter_fp4_gemm_skinny_shapes",
         format="mxfp4",
         backend="aiter-triton",
         points=_linear_product((1, 2, 4, 8), ((4096, 4096), (4096, 11008), (8192, 8192))),
     ),
     Grid(
         name="vllm/test_rocm_mxfp4/test_qwen38_tp1_ba_96_row_scale_avoids_broken_asm",
-        source=f"{_VLLM_ROCM_MXFP4}::test_qwen38_tp1_ba_96_row_scale_avoids_broken_asm",
+        source=f"{VLLM_ROCM_MXFP4}::test_qwen38_tp1_ba_96_row_scale_avoids_broken_asm",
         format="mxfp4",
         backend="vllm-aiter-linear",  # AiterMxfp4LinearKernel must fall back to Triton; ASM gemm_a4w4 is wrong here
         points=_linear_product((8, 64), ((96, 5120),)),
-    ),
-)
-
-# test_asm_fp4_scale_swizzle_supported_shape_rules: ASM needs scale rows % 32 == 0 and cols % 8 == 0, and
-# (newer guard) rejects 96 rows; plus the misaligned-scale Triton fallback of process_weights_after_loading.
-ASM_SCALE_SWIZZLE_CASES: tuple[ScaleSwizzleCase, ...] = tuple(
-    ScaleSwizzleCase(rows, cols, supported, f"{_VLLM_ROCM_MXFP4}::{test}")
-    for rows, cols, supported, test in (
-        (2560, 80, True, "test_asm_fp4_scale_swizzle_supported_shape_rules"),
-        (1280, 80, True, "test_asm_fp4_scale_swizzle_supported_shape_rules"),
-        (2560, 8, True, "test_asm_fp4_scale_swizzle_supported_shape_rules"),
-        (32, 8, True, "test_asm_fp4_scale_swizzle_supported_shape_rules"),
-        (2560, 20, False, "test_asm_fp4_scale_swizzle_supported_shape_rules"),
-        (2560, 10, False, "test_asm_fp4_scale_swizzle_supported_shape_rules"),
-        (30, 8, False, "test_asm_fp4_scale_swizzle_supported_shape_rules"),
-        (96, 160, False, "test_asm_fp4_scale_swizzle_supported_shape_rules"),
-        (128, 160, True, "test_asm_fp4_scale_swizzle_supported_shape_rules"),
-        (2560, 10, False, "test_aiter_mxfp4_process_weights_falls_back_to_triton_for_misaligned_scale"),
-    )
-)
-
-# --------------------------------------------------------------------------------------------------
-# Exact padding values asserted by vLLM's CPU padding tests
-# --------------------------------------------------------------------------------------------------
-
-PADDING_ANCHORS: tuple[PaddingAnchor, ...] = (
-    PaddingAnchor(
-        "trtllm hidden (multiple of 256)", 512, 512, f"{_VLLM_HIDDEN_PAD}::test_align_trtllm_fp4_moe_hidden_dim_noop"
-    ),
-    PaddingAnchor(
-        "trtllm hidden (multiple of 256)",
-        2688,
-        2816,
-        f"{_VLLM_HIDDEN_PAD}::test_align_trtllm_fp4_moe_hidden_dim_pads_to_256_multiple",
-    ),
-    PaddingAnchor(
-        "trtllm intermediate per gate/up half (min_alignment 64)",
-        160,
-        192,
-        f"{_VLLM_HIDDEN_PAD}::test_align_trtllm_fp4_moe_intermediate_pads_gate_and_up_separately",
-    ),
-    *(
-        PaddingAnchor(
-            "marlin fp4 per-shard N / w2 K (FP4_MARLIN_TILE_N_SIZE)",
-            unpadded,
-            padded,
-            f"{_VLLM_MARLIN_PAD}::TILE_CASES",
-        )
-        for unpadded, padded in ((1856, 1856), (928, 960), (464, 512), (232, 256))
     ),
 )
 
@@ -864,11 +784,3 @@ PADDING_ANCHORS: tuple[PaddingAnchor, ...] = (
 # --------------------------------------------------------------------------------------------------
 
 GRIDS: tuple[Grid, ...] = (*TRTLLM_GEN_GRIDS, *CUTLASS_GRIDS, *FUZZ_GRIDS, *VLLM_MOE_GRIDS, *VLLM_LINEAR_GRIDS)
-
-
-def grid(name: str) -> Grid:
-    """The grid called ``name`` (raises ``KeyError`` listing the known names)."""
-    for g in GRIDS:
-        if g.name == name:
-            return g
-    raise KeyError(f"unknown grid {name!r}; known: {[g.name for g in GRIDS]}")

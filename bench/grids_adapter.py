@@ -11,7 +11,8 @@ from __future__ import annotations
 from collections.abc import Iterator
 from typing import Any
 
-from bench.grids import ASM_SCALE_SWIZZLE_CASES, GRIDS, Grid, LinearGridPoint, MoeGridPoint
+from backends.mxfp4_linear import VLLM_GUARD_TABLE
+from bench.grids import GRIDS, VLLM_ROCM_MXFP4, Grid, LinearGridPoint, MoeGridPoint
 from reference.formats import MXFP4_BLOCK, NVFP4_BLOCK
 from strategies.catalog import RELU2, SWIGLU
 from strategies.moe import MoeShape, Sharding, reduce_size
@@ -44,9 +45,9 @@ def guard_truth_table() -> tuple[Grid, list[Any]]:
     """vLLM's ASM-guard unit-test table as a grid of scale shapes for the ``mxfp4_linear`` guard checks."""
     from strategies.linear import ScaleShapeCase
 
-    source = ASM_SCALE_SWIZZLE_CASES[0].source.split("::")[0] + "::guard truth table"
+    source = f"{VLLM_ROCM_MXFP4}::test_asm_fp4_scale_swizzle_supported_shape_rules"
     grid = Grid("vllm/test_rocm_mxfp4/asm-guard-table", source, "mxfp4", "aiter-asm", ())
-    return grid, [ScaleShapeCase((c.scale_rows, c.scale_cols), "vLLM guard unit test") for c in ASM_SCALE_SWIZZLE_CASES]
+    return grid, [ScaleShapeCase(shape, "vLLM guard unit test") for shape, _ in VLLM_GUARD_TABLE if len(shape) == 2]
 
 
 def grid_configs() -> Iterator[tuple[Grid, str, list[Any]]]:

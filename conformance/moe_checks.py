@@ -11,9 +11,10 @@ from collections.abc import Callable
 
 import torch
 
+from contracts.errors import UnsupportedConfig
+from contracts.moe import AlignedMoe, MoeAlignment, MoeWeights
 from harness.repro import record_event
 from reference.errors import NanEncodingError
-from subjects.moe import AlignedMoe, MoeAlignment, MoeWeights, UnsupportedConfig
 
 TENSORS = ("w13", "w13_scale", "w2", "w2_scale", "w13_bias", "w2_bias")
 

@@ -27,10 +27,16 @@ import torch
 from hypothesis import given
 
 from adapters import aiter_triton as at
-from conformance.mxfp4_moe_backends import KERNEL_FC1_LAYOUT
-from conformance.test_mxfp4_linear import REGRESSIONS as LINEAR_REGRESSIONS
-from conformance.test_mxfp4_moe import REGRESSIONS as MOE_REGRESSIONS
-from conformance.test_mxfp4_moe import _silu_no_bias, align, reference_output
+from backends import record
+from backends.mxfp4_linear import AiterLinearPath
+from backends.mxfp4_moe import Mxfp4MoeBackend
+from conformance.layers import align_mxfp4, reference_output, silu_no_bias
+from conformance.regressions import MXFP4_LINEAR_REGRESSIONS as LINEAR_REGRESSIONS
+from conformance.regressions import MXFP4_MOE_REGRESSIONS as MOE_REGRESSIONS
+from contracts.moe import MXFP4_MOE as MOE
+from contracts.moe import MoeAlignment, MoeWeights
+from contracts.mxfp4_linear import CONTRACT as LINEAR
+from contracts.mxfp4_linear import Mxfp4LinearKernelSelection
 from harness.repro import check, record_event, record_target, run_check
 from reference.formats import (
     MXFP4_BLOCK,
@@ -48,11 +54,6 @@ from strategies.linear import Mxfp4LinearShape, linear_shapes, mxfp4_linear_case
 from strategies.mx_activations import ActivationTiles, activation_tile, activation_tiles
 from strategies.mxfp4_moe import Mxfp4MoeConfig, mxfp4_moe_configs
 from strategies.pins import pinned_examples
-from subjects.moe import MoeAlignment, MoeWeights
-from subjects.mxfp4_linear import CONTRACT as LINEAR
-from subjects.mxfp4_linear import AiterLinearPath, Mxfp4LinearKernelSelection
-from subjects.mxfp4_moe import CONTRACT as MOE
-from subjects.mxfp4_moe import Mxfp4MoeBackend
 
 TRITON = AiterLinearPath.TRITON
 KERNEL_DEVICE = "cuda"
@@ -184,7 +185,7 @@ def reference_activation(x: torch.Tensor) -> at.Mxfp4Device:
 
 @pytest.mark.aiter_triton
 @pytest.mark.contract(LINEAR)
-@pytest.mark.parametrize("backend", [TRITON], ids=[TRITON.value])
+@pytest.mark.backends(TRITON)
 @given(case=activation_tiles())
 def test_dynamic_mxfp4_quant(case: ActivationTiles, backend: AiterLinearPath, policy) -> None:
     run_check(check_dynamic_mxfp4_quant, case, backend, policy, kernel=True)
@@ -238,7 +239,7 @@ def check_triton_fallback_gemm(
 
 @pytest.mark.aiter_triton
 @pytest.mark.contract(LINEAR)
-@pytest.mark.parametrize("backend", [TRITON], ids=[TRITON.value])
+@pytest.mark.backends(TRITON)
 @given(shape=linear_shapes())
 @pinned_examples("shape", LINEAR_REGRESSIONS)
 def test_triton_fallback_gemm(shape: Mxfp4LinearShape, backend: AiterLinearPath, policy) -> None:
@@ -296,7 +297,7 @@ def check_triton_moe(config: Mxfp4MoeConfig, backend: Mxfp4MoeBackend, policy: M
     meets :func:`gemm_tolerance` on its own inputs, and the output is within :data:`MOE_REL_L2` of
     the reference MoE of the real channels."""
     at.require_cuda()
-    aligned, case = align(config, backend, policy)
+    aligned, case = align_mxfp4(config, backend, policy)
     w, s = aligned.weights, config.shape
     assert w.fc1_layout is Fc1Layout.GATE_UP, (
         f"the policy labels FC1 rows {w.fc1_layout.value} for {backend.value}; the kernel reads [gate; up]"
@@ -322,15 +323,15 @@ def check_triton_moe(config: Mxfp4MoeConfig, backend: Mxfp4MoeBackend, policy: M
     record_event(f"stages worst |err|/tol {'<= 0.5' if worst <= 0.5 else '> 0.5'}")
 
 
-GATE_UP_BACKENDS = [b for b in Mxfp4MoeBackend if KERNEL_FC1_LAYOUT[b] is Fc1Layout.GATE_UP]
+GATE_UP_BACKENDS = [b for b in Mxfp4MoeBackend if record(b).fc1_layout is Fc1Layout.GATE_UP]
 """Backends whose kernels read FC1 as ``[gate; up]`` (AITER CK, Marlin): the policy's weights for them
 are what AITER's Triton MoE reads as they are."""
 
 
 @pytest.mark.aiter_triton
 @pytest.mark.contract(MOE)
-@pytest.mark.parametrize("backend", GATE_UP_BACKENDS, ids=[b.value for b in GATE_UP_BACKENDS])
-@given(config=mxfp4_moe_configs().map(_silu_no_bias))
-@pinned_examples("config", [_silu_no_bias(c) for c in MOE_REGRESSIONS])
+@pytest.mark.backends(*GATE_UP_BACKENDS)
+@given(config=mxfp4_moe_configs().map(silu_no_bias))
+@pinned_examples("config", [silu_no_bias(c) for c in MOE_REGRESSIONS])
 def test_triton_moe(config: Mxfp4MoeConfig, backend: Mxfp4MoeBackend, policy: MoeAlignment) -> None:
     run_check(check_triton_moe, config, backend, policy, kernel=True)

@@ -21,78 +21,39 @@ import torch
 from hypothesis import example, given
 
 from adapters import aiter as aiter_kernels
+from backends import record
+from backends.mxfp4_linear import ASM_FORCE_TRITON_SCALE_ROWS, VLLM_GUARD_TABLE, AiterLinearPath, asm_gemm_eligible
+from conformance.linear_oracle import process, swizzle_error
+from conformance.regressions import GDN_SCALES, MXFP4_LINEAR_REGRESSIONS
+from contracts.mxfp4_linear import CONTRACT, Mxfp4LinearKernelSelection, PreparedMxfp4Linear
 from harness.repro import check, record_event, run_check
-from reference.errors import ShapeContractError
 from reference.formats import (
     MXFP4_BLOCK,
-    MxScaleRounding,
     Quantized,
     mxfp4_dequantize,
     mxfp4_quantize,
 )
-from reference.layouts import aiter_e8m0_unshuffle, aiter_unshuffle_weight, asm_scale_swizzle_ok, vllm_asm_scale_swizzle
+from reference.layouts import aiter_e8m0_unshuffle, aiter_unshuffle_weight, asm_scale_swizzle_ok
 from reference.linear import exact_matmul, mxfp4_linear
 from strategies.linear import (
     RCEIL_EVEN_BAND,
     ActivationBlocks,
     Mxfp4LinearShape,
-    Parallel,
     ScaleShapeCase,
     activation_blocks,
     activation_row,
     linear_shapes,
     mxfp4_linear_case,
-    pinned_linear,
     scale_shapes,
 )
 from strategies.pins import pinned_examples
-from subjects.mxfp4_linear import (
-    ASM_FORCE_TRITON_SCALE_ROWS,
-    CONTRACT,
-    AiterLinearPath,
-    Mxfp4LinearKernelSelection,
-    PreparedMxfp4Linear,
-)
 
 pytestmark = [pytest.mark.contract(CONTRACT)]
 
 ASM, TRITON = AiterLinearPath.ASM, AiterLinearPath.TRITON
 
-REFERENCE_ACT_ROUNDING = {ASM: MxScaleRounding.RCEIL, TRITON: MxScaleRounding.EVEN}
-"""What AITER's activation quantizers do (formats.md §7): HIP ``per_1x32_f4_quant_hip`` RoundUp since
-AITER PR #3212 (2026-06-02), Triton ``dynamic_mxfp4_quant`` Even (hard-coded)."""
 
-VLLM_GUARD_TABLE = (
-    ((2560, 80), True),  # shared_expert gate/up_proj
-    ((1280, 80), True),  # gate/up_proj at TP2
-    ((2560, 8), True),  # minimal aligned columns
-    ((32, 8), True),  # minimal aligned rows and columns
-    ((2560, 20), False),  # shared_expert down_proj, in 640
-    ((2560, 10), False),  # down_proj at TP2, in 320: the '[80, 2, 16, 1, 2, 4, 1]' crash
-    ((30, 8), False),  # rows not a multiple of 32
-    ((96, 160), False),  # Qwen3.8 TP1 GDN in_proj_ba (vLLM PR #58139)
-    ((128, 160), True),  # rows % 32 == 0 and rows != 96
-    ((2560,), False),  # non-2-D scales are rejected
-    ((80, 2, 16), False),
-)
-"""vLLM's unit tests of ``_asm_fp4_scale_swizzle_supported`` (``vllm-logic.md`` §11)."""
-
-GDN_SCALES = ((48, 160), (24, 160), (12, 160))
-"""Qwen3.8 GDN ``in_proj_ba`` (out 96, K 5120) at TP 2 / 4 / 8: rows fail the 32 rule (vLLM PR #55213)."""
-
-REGRESSIONS = (
-    pinned_linear("qwen3.8-flash-next", "shared_expert.down_proj", 1),  # scale (2560, 20)
-    pinned_linear("qwen3.8-flash-next", "shared_expert.down_proj", 8, Parallel.REPLICATED),  # TP8+EP replicated
-    pinned_linear("qwen3.8-flash-next", "shared_expert.down_proj", 2),  # scale (2560, 10)
-    pinned_linear("qwen3.8-flash-next", "shared_expert.gate_up_proj", 2),  # scale (640, 80): ASM
-    pinned_linear("qwen3.8-flash-next", "linear_attn.in_proj_ba", 1, tokens=8),  # scale (96, 160)
-    pinned_linear("qwen3.8-flash-next", "linear_attn.in_proj_ba", 2),  # scale (48, 160)
-    pinned_linear("qwen3.8-flash-next", "linear_attn.in_proj_ba", 4),  # scale (24, 160)
-    pinned_linear("qwen3.8-flash-next", "linear_attn.in_proj_ba", 8, tokens=1),  # scale (12, 160)
-)
-
-
-pinned = pinned_examples("shape", REGRESSIONS)
+pinned = pinned_examples("shape", MXFP4_LINEAR_REGRESSIONS)
 
 
 def pinned_scale_shapes(test):
@@ -100,24 +61,6 @@ def pinned_scale_shapes(test):
     cases = [ScaleShapeCase(s, "vLLM guard unit test") for s, _ in VLLM_GUARD_TABLE]
     cases += [ScaleShapeCase(s, "Qwen3.8 GDN in_proj_ba at TP 2/4/8") for s in GDN_SCALES]
     return pinned_examples("case", cases)(test)
-
-
-def asm_supported(scale_shape: tuple[int, ...]) -> bool:
-    """The contract's predicate: 2-D, the unpadded swizzle valid, and not a row count ASM gets wrong."""
-    return (
-        len(scale_shape) == 2
-        and asm_scale_swizzle_ok(*scale_shape)
-        and scale_shape[0] not in ASM_FORCE_TRITON_SCALE_ROWS
-    )
-
-
-def swizzle_error(scale_shape: tuple[int, ...]) -> str | None:
-    """The reference ASM swizzle's error on a scale of ``scale_shape`` (None if it accepts it)."""
-    try:
-        vllm_asm_scale_swizzle(torch.empty(scale_shape, dtype=torch.uint8))
-    except ShapeContractError as exc:
-        return str(exc)
-    return None
 
 
 @check(CONTRACT, ScaleShapeCase)
@@ -138,7 +81,7 @@ def check_asm_guard_truth_table(case: ScaleShapeCase, backend: None, policy: Mxf
             f"guard sends scale {shape} to the ASM GEMM, which is numerically wrong for {shape[0]}-row scales at "
             "M <= 64 (vLLM PR #58139): it must fall back to Triton"
         )
-    assert got or not asm_supported(shape), (
+    assert got or not asm_gemm_eligible(shape), (
         f"guard falls back to Triton for scale {shape}, which the ASM path handles (needless slow path)"
     )
 
@@ -147,19 +90,6 @@ def check_asm_guard_truth_table(case: ScaleShapeCase, backend: None, policy: Mxf
 @pinned_scale_shapes
 def test_asm_guard_truth_table(case: ScaleShapeCase, policy: Mxfp4LinearKernelSelection) -> None:
     run_check(check_asm_guard_truth_table, case, None, policy)
-
-
-def process(policy: Mxfp4LinearKernelSelection, n: int, k: int, asm_enabled: bool) -> PreparedMxfp4Linear:
-    """Run the policy's weight processing on a zero layer of ``(N, K)``; any exception fails the property."""
-    weight = torch.zeros(n, k // 2, dtype=torch.uint8)
-    scale = torch.full((n, k // MXFP4_BLOCK), 127, dtype=torch.uint8)
-    try:
-        return policy.process_mxfp4_linear_weights(weight, scale, asm_enabled)
-    except Exception as exc:
-        raise AssertionError(
-            f"weight processing raised for weight [{n}, {k // 2}], scale ({n}, {k // MXFP4_BLOCK}) "
-            f"(asm_enabled={asm_enabled}): {type(exc).__name__}: {exc}"
-        ) from exc
 
 
 @check(CONTRACT, Mxfp4LinearShape)
@@ -189,7 +119,7 @@ def test_preparation_never_raises(shape: Mxfp4LinearShape, policy: Mxfp4LinearKe
 def check_asm_taken_where_supported(shape: Mxfp4LinearShape, backend: None, policy: Mxfp4LinearKernelSelection) -> None:
     """Every layer whose real scale shape the ASM path handles goes to ASM (no needless fallback)."""
     real = tuple(shape.scale_shape)
-    if not asm_supported(real):
+    if not asm_gemm_eligible(real):
         record_event("scale not ASM-capable")
         return
     assert policy.use_asm_gemm(real), (
@@ -253,7 +183,7 @@ def check_layouts_compute_the_reference(
     if backend is ASM:
         other = undo_layout(prepare(policy, TRITON, case.weight, case.scale), shape.n, shape.k)
         assert torch.equal(mxfp4_dequantize(other), w), "Triton and ASM layouts dequantize to different weights"
-    mode, aiter_mode = policy.linear_activation_rounding(backend), REFERENCE_ACT_ROUNDING[backend]
+    mode, aiter_mode = policy.linear_activation_rounding(backend), record(backend).activation_rounding
     xq = mxfp4_quantize(case.x, mode)
     got = exact_matmul(mxfp4_dequantize(xq), w)
     want = mxfp4_linear(case.x, Quantized(case.weight, case.scale), aiter_mode)
@@ -280,9 +210,10 @@ def check_activation_rounding(blocks: ActivationBlocks, backend: None, policy: M
     blocks whose amax mantissa lies in (1.5, 1.75), where RoundUp's is one binade larger."""
     modes = {path: policy.linear_activation_rounding(path) for path in AiterLinearPath}
     for path, mode in modes.items():
-        assert mode is REFERENCE_ACT_ROUNDING[path], (
+        want = record(path).activation_rounding
+        assert mode is want, (
             f"{path.value} activation rounding modelled as {mode.value}; AITER's quantizer on that path rounds "
-            f"{REFERENCE_ACT_ROUNDING[path].value}"
+            f"{want.value}"
         )
     x = activation_row(blocks)
     amax = x.view(-1, MXFP4_BLOCK).abs().amax(-1)
@@ -313,12 +244,6 @@ KERNEL_ELEMENTS_MAX = 1 << 26
 """Kernel checks run the real rank-local size when ``N·K`` fits this, else the reduced size."""
 
 
-def bf16_ulp(v: torch.Tensor) -> torch.Tensor:
-    """``ulp_bf16(|v|) = 2^(e - 8)`` for ``v = m·2^e``, ``m ∈ [0.5, 1)`` (8 significant bits); 0 at 0."""
-    _, e = torch.frexp(v)
-    return torch.where(v == 0, torch.zeros_like(v), torch.ldexp(torch.ones_like(v), e - 8))
-
-
 @check(CONTRACT, Mxfp4LinearShape)
 def check_aiter_gemm_kernel(
     shape: Mxfp4LinearShape, backend: AiterLinearPath, policy: Mxfp4LinearKernelSelection
@@ -332,18 +257,13 @@ def check_aiter_gemm_kernel(
     ``test_rocm_mxfp4.py`` (``gemm_with_dynamic_quant``'s quantizer pairing). vLLM's ASM branch uses
     ``gemm_afp4wfp4_preshuffle`` instead for ``M <= 64`` on tuned (N, K); that kernel is not run here.
 
-    Tolerance, per element: ``ulp_bf16(|exact|) + 2·(K/32)·2^-24·Σ_k |a_k b_k|``. E2M1 x E2M1 products
-    are multiples of 1/4 up to 36 times a power of two, so each 32-element block sum (≤ 1152) is exact
-    in fp32; the kernel adds ``K/32`` block sums in fp32 (split-K partials included), each addition
-    erring by at most ``2^-24`` of the running magnitude ``≤ Σ|ab|`` (factor 2 for the MFMA's
-    internal block grouping); rounding the fp32 result to bf16 costs at most half a bf16 ulp, one ulp
-    of ``|exact|`` if the sum crossed a binade. Stricter than vLLM's ``atol 0.5`` pass-rate test and
-    AITER's logging-only ``checkAllclose``; the H200 Triton measurement in ``kernels.md`` §8.4 met
-    ``1 ulp + 2^-20·Σ|ab|``. The activation scales must equal the reference quantizer in the path's
+    Tolerance: the record's :func:`backends.mxfp4_linear.gemm_tolerance` (its error argument is there).
+    The activation scales must equal the reference quantizer in the path's
     mode byte for byte (AITER's own quant test is exact); an AITER older than PR #3212 rounds the HIP
     quantizer Even and fails that check on the ASM path.
     """
     aiter_kernels.require_gfx950()  # LibraryUnavailable (not a failure) anywhere else
+    r = record(backend)
     if backend is ASM and not policy.use_asm_gemm(tuple(shape.scale_shape)):
         record_event("guard: Triton (ASM kernel not used)")
         return
@@ -352,21 +272,18 @@ def check_aiter_gemm_kernel(
     case = mxfp4_linear_case(shape, n, k)
     prepared = prepare(policy, backend, case.weight, case.scale)
     x = case.x.to(torch.bfloat16).cuda()
-    act = aiter_kernels.hip_quantize(x) if backend is ASM else aiter_kernels.triton_quantize(x)
-    want_scales = mxfp4_quantize(x.float().cpu(), REFERENCE_ACT_ROUNDING[backend]).scales
+    act = r.quantize(x)
+    want_scales = mxfp4_quantize(x.float().cpu(), r.activation_rounding).scales
     mismatched = int((act.scales != want_scales).sum())
     assert mismatched == 0, (
         f"{backend.value} activation quantizer: {mismatched} block scale(s) differ from "
-        f"{REFERENCE_ACT_ROUNDING[backend].value} rounding"
+        f"{r.activation_rounding.value} rounding"
     )
-    if backend is ASM:
-        y = aiter_kernels.gemm_a4w4_bpreshuffle(act, prepared.weight, prepared.scale)
-    else:
-        y = aiter_kernels.gemm_afp4wfp4(act, prepared.weight, prepared.scale)
+    y = r.gemm(act, prepared.weight, prepared.scale)
     a = mxfp4_dequantize(Quantized(act.packed, act.scales)).double().to(y.device)
     b = mxfp4_dequantize(Quantized(case.weight, case.scale)).double().to(y.device)
     exact, magnitude = a @ b.T, a.abs() @ b.abs().T
-    tol = bf16_ulp(exact) + 2 * (k // MXFP4_BLOCK) * 2.0**-24 * magnitude
+    tol = r.tolerance(exact, magnitude, k)
     err = (y.double() - exact).abs()
     bad = ~(err <= tol)
     assert torch.isfinite(y).all() and not bad.any(), (
@@ -376,8 +293,7 @@ def check_aiter_gemm_kernel(
     )
 
 
-@pytest.mark.gfx950
-@pytest.mark.aiter
+@pytest.mark.backends(kernel=True)
 @given(shape=linear_shapes())
 @pinned
 def test_aiter_gemm_kernel(

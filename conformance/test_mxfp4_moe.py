@@ -13,24 +13,24 @@ Kernel runs (SM100 trtllm-gen, gfx950 AITER) are gated by markers.
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from dataclasses import dataclass, replace
-
 import pytest
 import torch
 from hypothesis import given
 
 from adapters import flashinfer as fi
 from adapters import flashinfer_mxfp4 as fim
+from backends import record
+from backends.mxfp4_moe import CONTRACT, Mxfp4MoeBackend
+from conformance.layers import align_mxfp4, reference_output, silu_no_bias
 from conformance.moe_checks import (
-    align_checked,
     assert_bit_identical,
     assert_embedded,
     assert_idempotent,
     assert_minimal,
     assert_shapes,
 )
-from conformance.mxfp4_moe_backends import KERNEL_FC1_LAYOUT, violations
+from conformance.regressions import MXFP4_MOE_REGRESSIONS
+from contracts.moe import MoeAlignment, relayout_moe
 from harness.repro import check, run_check
 from reference.errors import require
 from reference.formats import MXFP4_BLOCK, MxScaleRounding, Quantized, mxfp4_dequantize, mxfp4_quantize
@@ -41,7 +41,6 @@ from reference.layouts import (
     aiter_shuffle_weight,
     aiter_unshuffle_weight,
     inverse_permutation,
-    relayout_fc1,
     sm90_mixed_gemm_scale_deinterleave,
     sm90_mixed_gemm_scale_interleave,
     split_fc1,
@@ -49,112 +48,19 @@ from reference.layouts import (
     unswizzle_128x4,
     vllm_sm90_scale_interleave,
 )
-from reference.moe import GateUpOrder, moe_reference, route
+from reference.moe import route
 from reference.padding import pad_dim
 from strategies.catalog import SWIGLU
-from strategies.mxfp4_moe import Mxfp4MoeConfig, mxfp4_moe_configs, pinned_config
+from strategies.mxfp4_moe import Mxfp4MoeConfig, mxfp4_moe_configs
 from strategies.pins import pinned_examples
-from strategies.tensors import dequantize_moe, generator, moe_case, real_channels
-from subjects.moe import AlignedMoe, MoeAlignment, MoeWeights, relayout_moe
-from subjects.mxfp4_moe import CONTRACT, Mxfp4MoeBackend
 
 pytestmark = [pytest.mark.contract(CONTRACT)]
 
-REGRESSIONS = (
-    pinned_config("gpt-oss-120b", 4),  # I 736 per rank (models.md §4)
-    pinned_config("gpt-oss-120b", 4, rank=-1),  # last rank: 672 real channels of 736
-    pinned_config("gpt-oss-120b", 8),  # I 384: 512 at 256, 384 at 128
-    pinned_config("gpt-oss-120b", 8, rank=-1),  # last rank: 192 real channels of 384
-    pinned_config("deepseek-v4", 8),  # I 384: ROCm 512 ("inter 512/rank", AITER #3933)
-    pinned_config("deepseek-v4", 16),  # I 192: SGLang #26250 (SM90 flashinfer_mxfp4)
-    pinned_config("minimax-m2", 4),  # MiniMax-M2.1 TP4, I 384: vLLM #35637
-    pinned_config("minimax-m2", 8),  # MiniMax-M2.1 TP8, I 192: AITER PR #2642
-    pinned_config("deepseek-v4.1-flash", 8),  # I 288: vLLM PR #56697 (Marlin 320, not 384)
-    pinned_config("mellum2-12b-a2.5b", 2),  # I 448: EuroEval PR #2079 (trtllm-gen I % 128)
-)
 
-BF16_REL_L2 = 1e-2
-"""trtllm-gen MXFP4 x BF16 vs the reference fed the same bf16 activations and bf16-rounded
-intermediate: what remains is fp32 accumulation order (~K·2^-24 relative), rare one-ulp flips of
-the bf16 intermediate (2^-8) and the bf16 output (2^-9 relative per element, so <= 2e-3 in
-relative L2). 1e-2 keeps a 5x margin; a gate/up mispairing or a misplaced scale gives ~1."""
-MXFP8_REL_L2 = 1e-1
-"""With MXFP8 activations the reference gets the kernel's own MXFP8 input but keeps the
-intermediate in fp32 while the kernel re-quantizes it to MXFP8: E4M3 rounding is at most 2^-4
-relative per element, RMS 2^-4/sqrt(3) ~ 0.036, so the relative L2 error is ~0.04; 0.1 is ~3
-sigma and still an order of magnitude below a mispairing (~1)."""
-AITER_LOGITS_DIFF = 3e-2
-"""AITER's own metric (``test_moe_2stage.py``: ``1 - 2·Σxy / Σ(x²+y²)``, strict threshold 1e-2).
-The reference quantizes the activations with AITER's HIP quantizer and the intermediate with
-MXFP4 RCEIL (AITER's default RoundUp); if the kernel keeps the intermediate in bf16 instead
-(CK-Tile a16w4 stage 2), the extra E2M1 rounding (relative RMS <= ~0.15) adds <= 0.15²/2 ~ 1.1e-2.
-3e-2 covers that; a mispairing or AITER #5233's scale mis-indexing gives 0.1 to 1."""
-
-
-pinned = pinned_examples("config", REGRESSIONS)
+pinned = pinned_examples("config", MXFP4_MOE_REGRESSIONS)
 
 
 # --- the layer of a configuration -------------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class Mxfp4Case:
-    """``checkpoint``: the loader's shard in the checkpoint's FC1 form (the policy's input);
-    ``real``: the rank's real channels only, stacked ``[gate; up]`` (the unpadded layer)."""
-
-    checkpoint: MoeWeights
-    real: MoeWeights
-    x: torch.Tensor
-    logits: torch.Tensor
-
-
-def _biases(config: Mxfp4MoeConfig) -> dict[str, torch.Tensor]:
-    """fp32 ``w13_bias [E, 2I]`` (``[gate; up]``, zero past the real channels) and ``w2_bias [E, H]``."""
-    s = config.shape
-    g = generator(s.seed + 1)
-    b13 = torch.randn(s.experts, 2, s.intermediate, generator=g) / 2
-    b13[..., s.real_intermediate :] = 0
-    return {"w13_bias": b13.flatten(1), "w2_bias": torch.randn(s.experts, s.hidden, generator=g) / 2}
-
-
-def build_case(config: Mxfp4MoeConfig) -> Mxfp4Case:
-    """The layer of ``config`` from its seed (:func:`strategies.tensors.moe_case`, halves ``[gate; up]``)."""
-    case = moe_case(config.shape, MXFP4_BLOCK)
-    stacked = replace(case.weights, fc1_layout=Fc1Layout.GATE_UP, **(_biases(config) if config.bias else {}))
-    real, b13 = config.shape.real_intermediate, stacked.w13_bias
-    unpadded = replace(
-        real_channels(stacked, True, real),
-        fc1_layout=Fc1Layout.GATE_UP,
-        w13_bias=None if b13 is None else b13.unflatten(-1, (2, -1))[..., :real].flatten(1),
-        w2_bias=stacked.w2_bias,
-    )
-    return Mxfp4Case(relayout_moe(stacked, config.form.layout), unpadded, case.x, case.logits)
-
-
-def align(config: Mxfp4MoeConfig, backend: Mxfp4MoeBackend, policy: MoeAlignment) -> tuple[AlignedMoe, Mxfp4Case]:
-    case = build_case(config)
-    return align_checked(policy, backend, case.checkpoint, True, config.describe()), case
-
-
-def reference_output(
-    w: MoeWeights,
-    layout: Fc1Layout,
-    case: Mxfp4Case,
-    config: Mxfp4MoeConfig,
-    x: torch.Tensor | None = None,
-    requantize: Callable[[torch.Tensor], torch.Tensor] | None = None,
-) -> torch.Tensor:
-    """Reference MoE output ``[T, H]`` of MXFP4 experts whose FC1 rows are read in ``layout``."""
-    ones = torch.ones(w.w13.shape[0])
-    w13, w2 = dequantize_moe(w, ones, ones)
-    w13 = relayout_fc1(w13, layout, Fc1Layout.GATE_UP)
-    b13 = None if w.w13_bias is None else relayout_fc1(w.w13_bias, layout, Fc1Layout.GATE_UP, dim=-1)
-    weights, ids = route(case.logits, config.shape.top_k)
-    xp = pad_dim(case.x if x is None else x, -1, w13.shape[-1])
-    out = moe_reference(
-        xp, w13, w2, weights, ids, config.shape.activation, GateUpOrder.GATE_UP, b13, w.w2_bias, requantize
-    )
-    return out[:, : config.shape.hidden]
 
 
 # --- properties for every backend ---------------------------------------------------------------
@@ -163,9 +69,9 @@ def reference_output(
 @check(CONTRACT, Mxfp4MoeConfig)
 def check_backend_accepts(config: Mxfp4MoeConfig, backend: Mxfp4MoeBackend, policy: MoeAlignment) -> None:
     """The padded sizes pass the backend library's own helpers and documented rules."""
-    aligned, _ = align(config, backend, policy)
+    aligned, _ = align_mxfp4(config, backend, policy)
     ip, hp = aligned.intermediate_size, aligned.hidden_size
-    problems = violations(backend, ip, hp, config.shape.experts)
+    problems = record(backend).violations(ip, hp, config.shape.experts)
     assert not problems, f"{backend.value} rejects Ip={ip}, Hp={hp}: " + "; ".join(problems)
 
 
@@ -173,8 +79,8 @@ def check_backend_accepts(config: Mxfp4MoeConfig, backend: Mxfp4MoeBackend, poli
 def check_padding_invariance(config: Mxfp4MoeConfig, backend: Mxfp4MoeBackend, policy: MoeAlignment) -> None:
     """The reference output of the padded weights, FC1 rows read as the backend's kernel reads them,
     equals the output of the rank's real channels bit for bit."""
-    aligned, case = align(config, backend, policy)
-    layout = KERNEL_FC1_LAYOUT[backend]
+    aligned, case = align_mxfp4(config, backend, policy)
+    layout = record(backend).fc1_layout
     want = reference_output(case.real, Fc1Layout.GATE_UP, case, config)
     got = reference_output(aligned.weights, layout, case, config)
     assert_bit_identical(
@@ -189,9 +95,9 @@ def check_padding_invariance(config: Mxfp4MoeConfig, backend: Mxfp4MoeBackend, p
 def check_gate_up_pairing(config: Mxfp4MoeConfig, backend: Mxfp4MoeBackend, policy: MoeAlignment) -> None:
     """Read in the kernel's FC1 order, gate and up rows (weights, scales, bias) are the checkpoint's
     with zero rows appended per half; FC2 keeps its block; the declared layout is the kernel's."""
-    aligned, case = align(config, backend, policy)
+    aligned, case = align_mxfp4(config, backend, policy)
     assert_shapes(aligned, config.shape.experts, 2)
-    w, src, layout = aligned.weights, case.checkpoint, KERNEL_FC1_LAYOUT[backend]
+    w, src, layout = aligned.weights, case.checkpoint, record(backend).fc1_layout
     for name, dim in (("w13", -2), ("w13_scale", -2), ("w13_bias", -1)):
         before, after = getattr(src, name), getattr(w, name)
         if before is None:
@@ -211,10 +117,15 @@ def check_gate_up_pairing(config: Mxfp4MoeConfig, backend: Mxfp4MoeBackend, poli
 @check(CONTRACT, Mxfp4MoeConfig)
 def check_minimal_and_idempotent(config: Mxfp4MoeConfig, backend: Mxfp4MoeBackend, policy: MoeAlignment) -> None:
     """No smaller whole-block size is accepted by the backend, and aligning again changes nothing."""
-    aligned, _ = align(config, backend, policy)
-    ip, hp, e = aligned.intermediate_size, aligned.hidden_size, config.shape.experts
-    assert_minimal(lambda i: violations(backend, i, hp, e), "I", config.shape.intermediate, ip, MXFP4_BLOCK)
-    assert_minimal(lambda h: violations(backend, ip, h, e), "H", config.shape.hidden, hp, MXFP4_BLOCK)
+    aligned, _ = align_mxfp4(config, backend, policy)
+    ip, hp, e, violations = (
+        aligned.intermediate_size,
+        aligned.hidden_size,
+        config.shape.experts,
+        record(backend).violations,
+    )
+    assert_minimal(lambda i: violations(i, hp, e), "I", config.shape.intermediate, ip, MXFP4_BLOCK)
+    assert_minimal(lambda h: violations(ip, h, e), "H", config.shape.hidden, hp, MXFP4_BLOCK)
     assert_idempotent(policy, backend, aligned, True)
 
 
@@ -245,43 +156,12 @@ def test_minimal_and_idempotent(config: Mxfp4MoeConfig, backend: Mxfp4MoeBackend
 # --- FlashInfer TRT-LLM ---------------------------------------------------------------------------
 
 
-def _reshape_back(swizzled: torch.Tensor, rows: int, cols: int) -> torch.Tensor:
-    require(
-        swizzled.numel() == rows * cols,
-        f"the 128x4-swizzled scales hold {swizzled.numel()} bytes; vLLM / FlashInfer reshape them to "
-        f"[{rows}, {cols}] = {rows * cols} bytes (needs rows % 128 and K % 128)",
-    )
-    return swizzled.reshape(rows, cols)
-
-
-def trtllm_prepare(aligned: AlignedMoe, swizzle: Callable[[torch.Tensor], torch.Tensor]) -> fim.TrtllmWeights:
-    """vLLM's TRTLLM MXFP4 prep after the reorder: FlashInfer's ``get_w2_permute_indices_with_cache``
-    rows for every tensor (scales: the ``num_elts_per_sf=16`` variant, then ``swizzle``, 128x4)."""
-    w, ip, hp = aligned.weights, aligned.intermediate_size, aligned.hidden_size
-    rows = 2 * ip
-    p13, s13, p2, s2 = (fi.fc2_permutation(m, sf) for m, sf in ((rows, False), (rows, True), (hp, False), (hp, True)))
-
-    def scales(s: torch.Tensor, perm: torch.Tensor) -> torch.Tensor:
-        return torch.stack([_reshape_back(swizzle(e[perm].contiguous()), e.shape[0], e.shape[1]) for e in s])
-
-    return fim.TrtllmWeights(
-        w13=w.w13[:, p13],
-        w13_scale=scales(w.w13_scale, s13),
-        w13_bias=None if w.w13_bias is None else w.w13_bias[:, p13],
-        w2=w.w2[:, p2],
-        w2_scale=scales(w.w2_scale, s2),
-        w2_bias=None if w.w2_bias is None else w.w2_bias[:, p2],
-        intermediate=ip,
-        hidden=hp,
-    )
-
-
 @check(CONTRACT, Mxfp4MoeConfig)
 def check_trtllm_round_trip(config: Mxfp4MoeConfig, backend: Mxfp4MoeBackend, policy: MoeAlignment) -> None:
     """Undoing FlashInfer's row shuffles and the 128x4 swizzle gives back the padded tensors, and
     FlashInfer's own gated reorder reads the FC1 rows as the checkpoint's gate/up pairs."""
-    aligned, case = align(config, backend, policy)
-    w, prepared = aligned.weights, trtllm_prepare(aligned, swizzle_128x4)
+    aligned, case = align_mxfp4(config, backend, policy)
+    w, prepared = aligned.weights, record(backend).prepare(aligned, swizzle_128x4)
     rows, hp = 2 * aligned.intermediate_size, aligned.hidden_size
     inv13, inv2 = (
         inverse_permutation(fi.fc2_permutation(rows, False)),
@@ -324,7 +204,7 @@ def check_trtllm_matches_flashinfer_padding(
     """FlashInfer's ``pad_trtllm_moe_weights`` (alignments 128 for I, 256 for H) on the stacked ``[up; gate]`` checkpoint
     gives the policy's FC1 bytes, FC2 bytes on its ``ru(H, 128)`` rows, and the same dequantized scales
     (FlashInfer pads scales with 127 = 1.0, vLLM with 0; both times zero codes)."""
-    aligned, case = align(config, backend, policy)
+    aligned, case = align_mxfp4(config, backend, policy)
     src = relayout_moe(case.checkpoint, Fc1Layout.UP_GATE)
     theirs = fim.pad_trtllm_moe_weights(
         src.w13,
@@ -357,16 +237,14 @@ def check_trtllm_matches_flashinfer_padding(
     assert not ours.w2[:, fc2_rows:].any(), f"FC2 rows past ru(H, 128) = {fc2_rows} must be zero"
 
 
-@pytest.mark.flashinfer
-@pytest.mark.parametrize("backend", [Mxfp4MoeBackend.FLASHINFER_TRTLLM], ids=["flashinfer-trtllm-mxfp4"])
+@pytest.mark.backends(Mxfp4MoeBackend.FLASHINFER_TRTLLM)
 @given(config=mxfp4_moe_configs())
 @pinned
 def test_trtllm_round_trip(config: Mxfp4MoeConfig, backend: Mxfp4MoeBackend, policy: MoeAlignment) -> None:
     run_check(check_trtllm_round_trip, config, backend, policy)
 
 
-@pytest.mark.flashinfer
-@pytest.mark.parametrize("backend", [Mxfp4MoeBackend.FLASHINFER_TRTLLM], ids=["flashinfer-trtllm-mxfp4"])
+@pytest.mark.backends(Mxfp4MoeBackend.FLASHINFER_TRTLLM)
 @given(config=mxfp4_moe_configs())
 @pinned
 def test_trtllm_matches_flashinfer_padding(
@@ -383,7 +261,7 @@ def check_sm90_scale_fold(config: Mxfp4MoeConfig, backend: Mxfp4MoeBackend, poli
     """FlashInfer 0.7.4's ``interleave_moe_scales_for_sm90_mixed_gemm`` (what its W4A16 prep and tests
     feed ``cutlass_fused_moe``) accepts the padded scales, equals the reference 64-row fold and
     round-trips; vLLM's ``_interleave_mxfp4_cutlass_sm90`` is a different byte order (vLLM #46585)."""
-    aligned, _ = align(config, backend, policy)
+    aligned, _ = align_mxfp4(config, backend, policy)
     for name in ("w13_scale", "w2_scale"):
         s = getattr(aligned.weights, name)
         theirs = fi.sm90_scale_interleave(s.contiguous())
@@ -395,8 +273,7 @@ def check_sm90_scale_fold(config: Mxfp4MoeConfig, backend: Mxfp4MoeBackend, poli
         ), f"{name}: vLLM's last-dim-by-4 interleave now places every scale byte where FlashInfer's fold does"
 
 
-@pytest.mark.flashinfer
-@pytest.mark.parametrize("backend", [Mxfp4MoeBackend.FLASHINFER_CUTLASS_SM90], ids=["flashinfer-cutlass-sm90"])
+@pytest.mark.backends(Mxfp4MoeBackend.FLASHINFER_CUTLASS_SM90)
 @given(config=mxfp4_moe_configs())
 @pinned
 def test_sm90_scale_fold(config: Mxfp4MoeConfig, backend: Mxfp4MoeBackend, policy: MoeAlignment) -> None:
@@ -410,7 +287,7 @@ def test_sm90_scale_fold(config: Mxfp4MoeConfig, backend: Mxfp4MoeBackend, polic
 def check_aiter_shuffle_round_trip(config: Mxfp4MoeConfig, backend: Mxfp4MoeBackend, policy: MoeAlignment) -> None:
     """vLLM's Quark prep round-trips: ``e8m0_shuffle(scale.view(E·N, -1)).view(E, N, -1)`` keeps the
     scale shape and unshuffles to the padded scales; ``shuffle_weight`` (16, 16) undoes to the weights."""
-    aligned, _ = align(config, backend, policy)
+    aligned, _ = align_mxfp4(config, backend, policy)
     w = aligned.weights
     for name in ("w13_scale", "w2_scale"):
         s = getattr(w, name)
@@ -426,7 +303,7 @@ def check_aiter_shuffle_round_trip(config: Mxfp4MoeConfig, backend: Mxfp4MoeBack
         assert torch.equal(aiter_unshuffle_weight(aiter_shuffle_weight(t)), t), f"{name}: shuffle_weight round trip"
 
 
-@pytest.mark.parametrize("backend", [Mxfp4MoeBackend.AITER], ids=["aiter-ck"])
+@pytest.mark.backends(Mxfp4MoeBackend.AITER)
 @given(config=mxfp4_moe_configs())
 @pinned
 def test_aiter_shuffle_round_trip(config: Mxfp4MoeConfig, backend: Mxfp4MoeBackend, policy: MoeAlignment) -> None:
@@ -448,12 +325,13 @@ def _bf16(a: torch.Tensor) -> torch.Tensor:
 @check(CONTRACT, Mxfp4MoeConfig)
 def check_trtllm_kernel(config: Mxfp4MoeConfig, backend: Mxfp4MoeBackend, policy: MoeAlignment) -> None:
     """``trtllm_fp4_block_scale_routed_moe`` on the padded, FlashInfer-prepared experts (MXFP4 x BF16
-    and x MXFP8) matches the reference output of the rank's real channels (tolerances above)."""
-    aligned, case = align(config, backend, policy)
-    prepared = trtllm_prepare(aligned, fi.block_scale_interleave)
+    and x MXFP8) matches the reference output of the rank's real channels (tolerances: the backend record's)."""
+    aligned, case = align_mxfp4(config, backend, policy)
+    r = record(backend)
+    prepared = r.prepare(aligned, fi.block_scale_interleave)
     routing, ids = route(case.logits, config.shape.top_k)
-    for mxfp8, tol in ((False, BF16_REL_L2), (True, MXFP8_REL_L2)):
-        out, fed = fim.trtllm_mxfp4_moe(prepared, case.x, routing, ids, config.shape.activation, mxfp8)
+    for mxfp8, tol in ((False, r.tolerances["bf16 relative L2"]), (True, r.tolerances["mxfp8 relative L2"])):
+        out, fed = r.kernel(prepared, case.x, routing, ids, config.shape.activation, mxfp8)
         want = reference_output(case.real, Fc1Layout.GATE_UP, case, config, x=fed, requantize=None if mxfp8 else _bf16)
         label = "MXFP8" if mxfp8 else "BF16"
         assert torch.isfinite(out).all(), f"trtllm-gen MXFP4 x {label} returned non-finite values"
@@ -461,26 +339,21 @@ def check_trtllm_kernel(config: Mxfp4MoeConfig, backend: Mxfp4MoeBackend, policy
         assert err <= tol, f"trtllm-gen MXFP4 x {label}: relative L2 error {err:.3g} > {tol}"
 
 
-def _silu_no_bias(config: Mxfp4MoeConfig) -> Mxfp4MoeConfig:
-    """``config`` as the a4w4 AITER path runs it for vLLM's Quark method: SiLU-gated, no biases."""
-    return replace(config, bias=False, shape=replace(config.shape, activation=SWIGLU))
-
-
 @check(CONTRACT, Mxfp4MoeConfig)
 def check_aiter_kernel(config: Mxfp4MoeConfig, backend: Mxfp4MoeBackend, policy: MoeAlignment) -> None:
     """``aiter.fused_moe`` (per_1x32, a4w4) on the padded experts matches the reference output of the
-    real channels (AITER's logits-diff metric), and AITER's ``e8m0_shuffle`` equals the reference's."""
+    real channels (AITER's logits-diff metric, the backend record's tolerance), and AITER's ``e8m0_shuffle`` equals the reference's."""
     from adapters import aiter as aiter_adapter
-    from adapters.aiter_moe import fused_moe_a4w4
 
     require(
         config.shape.activation == SWIGLU and not config.bias,
         f"the AITER a4w4 MoE test runs SiLU-gated experts without biases, not {config.describe()}",
     )
-    aligned, case = align(config, backend, policy)
+    aligned, case = align_mxfp4(config, backend, policy)
     w, s = aligned.weights, config.shape
     routing, ids = route(case.logits, s.top_k)
-    out, s13, s2 = fused_moe_a4w4(
+    r = record(backend)
+    out, s13, s2 = r.kernel(
         w, case.x, routing, ids, aligned.hidden_size - s.hidden, aligned.intermediate_size - s.real_intermediate
     )
     for name, theirs in (("w13_scale", s13), ("w2_scale", s2)):
@@ -499,22 +372,19 @@ def check_aiter_kernel(config: Mxfp4MoeConfig, backend: Mxfp4MoeBackend, policy:
     assert torch.isfinite(out).all(), "aiter.fused_moe returned non-finite values (AITER #3117 / #3964 class)"
     x64, y64 = want.double(), out.double()
     diff = 1 - 2 * (x64 * y64).sum().item() / (x64.square() + y64.square()).sum().clamp_min(1e-300).item()
-    assert diff <= AITER_LOGITS_DIFF, f"aiter.fused_moe per_1x32: logits diff {diff:.3g} > {AITER_LOGITS_DIFF}"
+    tol = r.tolerances["logits diff"]
+    assert diff <= tol, f"aiter.fused_moe per_1x32: logits diff {diff:.3g} > {tol}"
 
 
-@pytest.mark.sm100
-@pytest.mark.flashinfer
-@pytest.mark.parametrize("backend", [Mxfp4MoeBackend.FLASHINFER_TRTLLM], ids=["flashinfer-trtllm-mxfp4"])
+@pytest.mark.backends(Mxfp4MoeBackend.FLASHINFER_TRTLLM, kernel=True)
 @given(config=mxfp4_moe_configs())
 @pinned
 def test_trtllm_kernel(config: Mxfp4MoeConfig, backend: Mxfp4MoeBackend, policy: MoeAlignment) -> None:
     run_check(check_trtllm_kernel, config, backend, policy, kernel=True)
 
 
-@pytest.mark.gfx950
-@pytest.mark.aiter
-@pytest.mark.parametrize("backend", [Mxfp4MoeBackend.AITER], ids=["aiter-ck"])
-@given(config=mxfp4_moe_configs().map(_silu_no_bias))
-@pinned_examples("config", [_silu_no_bias(c) for c in REGRESSIONS])
+@pytest.mark.backends(Mxfp4MoeBackend.AITER, kernel=True)
+@given(config=mxfp4_moe_configs().map(silu_no_bias))
+@pinned_examples("config", [silu_no_bias(c) for c in MXFP4_MOE_REGRESSIONS])
 def test_aiter_kernel(config: Mxfp4MoeConfig, backend: Mxfp4MoeBackend, policy: MoeAlignment) -> None:
     run_check(check_aiter_kernel, config, backend, policy, kernel=True)

@@ -16,9 +16,10 @@ import torch
 from hypothesis import given
 
 from adapters import flashinfer as fi
-from adapters import flashinfer_moe_kernels as kernels
+from backends import record
+from backends.nvfp4_moe import CONTRACT, Nvfp4MoeBackend
+from conformance.layers import align_nvfp4
 from conformance.moe_checks import (
-    align_checked,
     assert_bit_identical,
     assert_embedded,
     assert_idempotent,
@@ -26,6 +27,7 @@ from conformance.moe_checks import (
     assert_shapes,
     output_or_failure,
 )
+from contracts.moe import MoeAlignment
 from harness.repro import check, run_check
 from reference.formats import NVFP4_BLOCK, GlobalScale, nvfp4_dequantize, nvfp4_quantize
 from reference.layouts import inverse_permutation, swizzle_128x4, unswizzle_128x4
@@ -33,11 +35,9 @@ from reference.moe import GateUpOrder, moe_reference, route
 from reference.padding import pad_dim
 from strategies.moe import MoeShape, moe_shapes, pinned_shape
 from strategies.pins import pinned_examples
-from strategies.tensors import MoeCase, dequantize_moe, moe_case, real_channels
-from subjects.moe import AlignedMoe, MoeAlignment
-from subjects.nvfp4_moe import CONTRACT, MoeBackend
+from strategies.tensors import dequantize_moe, real_channels
 
-pytestmark = [pytest.mark.contract(CONTRACT), pytest.mark.flashinfer]
+pytestmark = [pytest.mark.contract(CONTRACT)]
 
 INTERMEDIATE_DECODE = 2.0**-3
 """Fixed decode global scale of the re-quantized intermediate (a calibrated constant in a real model)."""
@@ -56,16 +56,11 @@ REGRESSIONS = (
 pinned = pinned_examples("shape", REGRESSIONS)
 
 
-def align(shape: MoeShape, backend: MoeBackend, policy: MoeAlignment) -> tuple[AlignedMoe, MoeCase]:
-    case = moe_case(shape, NVFP4_BLOCK)
-    return align_checked(policy, backend, case.weights, shape.gated, shape.describe()), case
-
-
 @check(CONTRACT, MoeShape)
-def check_flashinfer_accepts(shape: MoeShape, backend: MoeBackend, policy: MoeAlignment) -> None:
+def check_flashinfer_accepts(shape: MoeShape, backend: Nvfp4MoeBackend, policy: MoeAlignment) -> None:
     """The padded sizes pass FlashInfer's real prep helpers and the backend's layout rules."""
-    aligned, _ = align(shape, backend, policy)
-    problems = fi.nvfp4_moe_violations(backend.value, aligned.intermediate_size, aligned.hidden_size, shape.gated)
+    aligned, _ = align_nvfp4(shape, backend, policy)
+    problems = record(backend).violations(aligned.intermediate_size, aligned.hidden_size, shape.gated)
     assert not problems, (
         f"{backend.value} rejects Ip={aligned.intermediate_size}, Hp={aligned.hidden_size}: " + "; ".join(problems)
     )
@@ -86,9 +81,9 @@ def moe_output(aligned_or_case_weights, case, shape: MoeShape, hidden: int) -> t
 
 
 @check(CONTRACT, MoeShape)
-def check_padding_invariance(shape: MoeShape, backend: MoeBackend, policy: MoeAlignment) -> None:
+def check_padding_invariance(shape: MoeShape, backend: Nvfp4MoeBackend, policy: MoeAlignment) -> None:
     """The reference MoE output on the padded weights equals the unpadded output bit for bit."""
-    aligned, case = align(shape, backend, policy)
+    aligned, case = align_nvfp4(shape, backend, policy)
     real = real_channels(case.weights, shape.gated, shape.real_intermediate)
     context = (
         f"padding changed the MoE output (I {shape.intermediate} -> {aligned.intermediate_size}, "
@@ -102,10 +97,10 @@ def check_padding_invariance(shape: MoeShape, backend: MoeBackend, policy: MoeAl
 
 
 @check(CONTRACT, MoeShape)
-def check_layout_contract(shape: MoeShape, backend: MoeBackend, policy: MoeAlignment) -> None:
+def check_layout_contract(shape: MoeShape, backend: Nvfp4MoeBackend, policy: MoeAlignment) -> None:
     """Shapes match ``[E, F·Ip, Hp/2]`` etc., each gate/up half keeps its rows at ``[h·Ip, h·Ip+I)``,
     original columns keep their place and every added byte is zero."""
-    aligned, case = align(shape, backend, policy)
+    aligned, case = align_nvfp4(shape, backend, policy)
     f, i, ip = 2 if shape.gated else 1, shape.intermediate, aligned.intermediate_size
     assert ip >= i and aligned.hidden_size >= shape.hidden, f"policy shrank sizes: I {i} -> {ip}"
     assert_shapes(aligned, shape.experts, f)
@@ -119,24 +114,20 @@ def check_layout_contract(shape: MoeShape, backend: MoeBackend, policy: MoeAlign
 
 
 @check(CONTRACT, MoeShape)
-def check_minimal_and_idempotent(shape: MoeShape, backend: MoeBackend, policy: MoeAlignment) -> None:
+def check_minimal_and_idempotent(shape: MoeShape, backend: Nvfp4MoeBackend, policy: MoeAlignment) -> None:
     """No smaller whole-group size satisfies the backend, and aligning again changes nothing."""
-    aligned, _ = align(shape, backend, policy)
-    ip, hp = aligned.intermediate_size, aligned.hidden_size
-    assert_minimal(
-        lambda i: fi.nvfp4_moe_violations(backend.value, i, hp, shape.gated), "I", shape.intermediate, ip, NVFP4_BLOCK
-    )
-    assert_minimal(
-        lambda h: fi.nvfp4_moe_violations(backend.value, ip, h, shape.gated), "H", shape.hidden, hp, NVFP4_BLOCK
-    )
+    aligned, _ = align_nvfp4(shape, backend, policy)
+    ip, hp, violations = aligned.intermediate_size, aligned.hidden_size, record(backend).violations
+    assert_minimal(lambda i: violations(i, hp, shape.gated), "I", shape.intermediate, ip, NVFP4_BLOCK)
+    assert_minimal(lambda h: violations(ip, h, shape.gated), "H", shape.hidden, hp, NVFP4_BLOCK)
     assert_idempotent(policy, backend, aligned, shape.gated)
 
 
 @check(CONTRACT, MoeShape)
-def check_prepare_round_trip(shape: MoeShape, backend: MoeBackend, policy: MoeAlignment) -> None:
+def check_prepare_round_trip(shape: MoeShape, backend: Nvfp4MoeBackend, policy: MoeAlignment) -> None:
     """Undoing FlashInfer's trtllm-gen shuffles and the 128x4 swizzle gives back the padded tensors."""
-    aligned, _ = align(shape, backend, policy)
-    prepared = kernels.trtllm_fp4_weights(aligned, shape.gated)
+    aligned, _ = align_nvfp4(shape, backend, policy)
+    prepared = record(backend).prepare(aligned, shape.gated)
     w = aligned.weights
     rows, hidden = w.w13.shape[1], w.w2.shape[1]
     for name, perm in (
@@ -155,22 +146,21 @@ def check_prepare_round_trip(shape: MoeShape, backend: MoeBackend, policy: MoeAl
         assert torch.equal(lin[:, inverse_permutation(perm)], src), f"{name} does not round-trip"
 
 
-@pytest.mark.parametrize("backend", [MoeBackend.FLASHINFER_TRTLLM], ids=["flashinfer-trtllm"])
+@pytest.mark.backends(Nvfp4MoeBackend.FLASHINFER_TRTLLM)
 @pytest.mark.cuda
 @given(shape=moe_shapes())
 @pinned
-def test_scale_interleave_kernel(shape: MoeShape, backend: MoeBackend, policy: MoeAlignment) -> None:
+def test_scale_interleave_kernel(shape: MoeShape, backend: Nvfp4MoeBackend, policy: MoeAlignment) -> None:
     """FlashInfer's CUDA ``block_scale_interleave`` on the gathered padded scales equals the reference swizzle."""
     run_check(check_scale_interleave_kernel, shape, backend, policy, kernel=True)
 
 
 @check(CONTRACT, MoeShape)
-def check_scale_interleave_kernel(shape: MoeShape, backend: MoeBackend, policy: MoeAlignment) -> None:
-    aligned, _ = align(shape, backend, policy)
-    on_gpu = kernels.trtllm_fp4_weights(
-        aligned, shape.gated, lambda s: fi.block_scale_interleave(s).view(swizzle_128x4(s).shape)
-    )
-    reference = kernels.trtllm_fp4_weights(aligned, shape.gated)
+def check_scale_interleave_kernel(shape: MoeShape, backend: Nvfp4MoeBackend, policy: MoeAlignment) -> None:
+    aligned, _ = align_nvfp4(shape, backend, policy)
+    prepare = record(backend).prepare
+    on_gpu = prepare(aligned, shape.gated, lambda s: fi.block_scale_interleave(s).view(swizzle_128x4(s).shape))
+    reference = prepare(aligned, shape.gated)
     for name in ("w13_scale", "w2_scale"):
         assert torch.equal(getattr(on_gpu, name).view(torch.uint8), getattr(reference, name).view(torch.uint8)), (
             f"block_scale_interleave differs from the 128x4 reference on {name}"
@@ -179,30 +169,30 @@ def check_scale_interleave_kernel(shape: MoeShape, backend: MoeBackend, policy: 
 
 @given(shape=moe_shapes())
 @pinned
-def test_flashinfer_accepts(shape: MoeShape, backend: MoeBackend, policy: MoeAlignment) -> None:
+def test_flashinfer_accepts(shape: MoeShape, backend: Nvfp4MoeBackend, policy: MoeAlignment) -> None:
     run_check(check_flashinfer_accepts, shape, backend, policy)
 
 
 @given(shape=moe_shapes())
 @pinned
-def test_padding_invariance(shape: MoeShape, backend: MoeBackend, policy: MoeAlignment) -> None:
+def test_padding_invariance(shape: MoeShape, backend: Nvfp4MoeBackend, policy: MoeAlignment) -> None:
     run_check(check_padding_invariance, shape, backend, policy)
 
 
 @given(shape=moe_shapes())
 @pinned
-def test_layout_contract(shape: MoeShape, backend: MoeBackend, policy: MoeAlignment) -> None:
+def test_layout_contract(shape: MoeShape, backend: Nvfp4MoeBackend, policy: MoeAlignment) -> None:
     run_check(check_layout_contract, shape, backend, policy)
 
 
 @given(shape=moe_shapes())
 @pinned
-def test_minimal_and_idempotent(shape: MoeShape, backend: MoeBackend, policy: MoeAlignment) -> None:
+def test_minimal_and_idempotent(shape: MoeShape, backend: Nvfp4MoeBackend, policy: MoeAlignment) -> None:
     run_check(check_minimal_and_idempotent, shape, backend, policy)
 
 
-@pytest.mark.parametrize("backend", [MoeBackend.FLASHINFER_TRTLLM], ids=["flashinfer-trtllm"])
+@pytest.mark.backends(Nvfp4MoeBackend.FLASHINFER_TRTLLM)
 @given(shape=moe_shapes())
 @pinned
-def test_prepare_round_trip(shape: MoeShape, backend: MoeBackend, policy: MoeAlignment) -> None:
+def test_prepare_round_trip(shape: MoeShape, backend: Nvfp4MoeBackend, policy: MoeAlignment) -> None:
     run_check(check_prepare_round_trip, shape, backend, policy)

@@ -18,10 +18,11 @@ Options (``pytest --help``, group "fp4-conformance"):
 * ``--example-time-limit SECONDS``: per-example time limit (default: the profile's,
   :data:`harness.profiles.TIME_LIMITS`; 0 turns it off).
 
-Markers: ``contract(name)`` names a test's contract; ``backends(*members)`` the backends a
-property runs on (no arguments: all of its contract's); ``cuda``, ``sm90``, ``sm100``,
-``gfx950``, ``flashinfer``, ``aiter``, ``aiter_triton``, ``vllm`` name requirements, and a test
-whose requirement is unmet is skipped with a reason that names what is missing.
+Markers: ``contract(name)`` names a test's contract; ``backends(*members, kernel=False)`` narrows
+the ``backend`` parameters (which come from the backend records, :mod:`backends`; the ``check``
+decorator of :mod:`harness.properties` sets it); ``cuda``, ``sm90``, ``sm100``, ``gfx950``,
+``flashinfer``, ``aiter``, ``aiter_triton``, ``vllm`` name requirements, and a test whose
+requirement is unmet is skipped with a reason that names what is missing.
 
 Harness state lives in ``config.stash``: :data:`harness.runner.RUN_STATE` (what the
 property runner needs) and :data:`SESSION` (the subject, the results folder, the summary).
@@ -49,7 +50,7 @@ profiles.register_profiles()
 
 MARKERS = {
     "contract(name)": "the contract (subject protocol) a property checks",
-    "backends(*members)": "the backends a property runs on (no arguments: every backend of its contract)",
+    "backends(*members, kernel=False)": "run only against these backends (or those whose record has a kernel)",
     **{name: f"requires {what}" for name, what in hardware.REQUIREMENTS.items()},
 }
 
@@ -117,11 +118,6 @@ def pytest_addoption(parser: pytest.Parser) -> None:
         type=float,
         help="fail an example running longer than this many seconds (default: the profile's; 0: off)",
     )
-
-
-@pytest.hookimpl(optionalhook=True)
-def pytest_xdist_auto_num_workers(config: pytest.Config) -> int:
-    return devices.auto_workers(hardware.count_gpus_without_init(), os.cpu_count() or 1)
 
 
 def session_pin(model: str | None, tp: int | None, ep: bool | None) -> Pin:
@@ -252,54 +248,81 @@ def _contract(item: pytest.Item) -> str | None:
 
 
 def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
-    """Parametrize ``backend``: from the ``backends`` marker, else every backend of the contract.
+    """Parametrize ``backend`` from the contract's backend records (:mod:`backends`).
 
-    Tests that parametrize ``backend`` themselves are left alone (``--backend`` still deselects).
+    ``@pytest.mark.backends(*members)`` narrows a test to those members, ``kernel=True`` to backends
+    whose record has a kernel runner; each parameter carries its record's requirement markers
+    (``kernel_requires`` too for kernel tests), so hardware and library gating follow the records.
     """
     marker = metafunc.definition.get_closest_marker("contract")
-    explicit = any(m.args and m.args[0] == "backend" for m in metafunc.definition.iter_markers("parametrize"))
-    if "backend" not in metafunc.fixturenames or marker is None or explicit:
+    if "backend" not in metafunc.fixturenames or marker is None:
         return
+    from backends import record
     from subjects.registry import backends
 
     chosen = metafunc.definition.get_closest_marker("backends")
-    members = chosen.args if chosen is not None and chosen.args else backends(marker.args[0])
-    metafunc.parametrize("backend", [pytest.param(b, id=b.value) for b in members])
+    members, kernel = (chosen.args, chosen.kwargs.get("kernel", False)) if chosen else ((), False)
+    params = []
+    for b in members or backends(marker.args[0]):
+        r = record(b)
+        if kernel and not r.kernel_requires:
+            continue
+        requires = dict.fromkeys((*r.requires, *(r.kernel_requires if kernel else ())))
+        params.append(pytest.param(b, id=b.value, marks=[getattr(pytest.mark, m) for m in requires]))
+    metafunc.parametrize("backend", params)
 
 
-def _backend_of(item: pytest.Item) -> str | None:
-    backend = getattr(item, "callspec", None) and item.callspec.params.get("backend")
-    return getattr(backend, "value", None)
+def _backend(item: pytest.Item) -> object | None:
+    """The item's ``backend`` parameter (an enum member), or None."""
+    return getattr(getattr(item, "callspec", None), "params", {}).get("backend")
+
+
+def _deselect_other_backends(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """``--backend``: keep only contract tests parametrized with a named backend (and every self-test)."""
+    wanted = set(config.getoption("backend"))
+    if not wanted:
+        return
+    keep, drop = [], []
+    for item in items:
+        runs = _contract(item) is None or getattr(_backend(item), "value", None) in wanted
+        (keep if runs else drop).append(item)
+    if drop:
+        config.hook.pytest_deselected(items=drop)
+        items[:] = keep
 
 
 @pytest.hookimpl(trylast=True)
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    wanted = set(config.getoption("backend"))
-    if wanted:
-        kept = [i for i in items if _contract(i) is None or _backend_of(i) in wanted]
-        deselected = [i for i in items if i not in kept]
-        if deselected:
-            config.hook.pytest_deselected(items=deselected)
-            items[:] = kept
+    _deselect_other_backends(config, items)
     _select_shard(config, items)
     subject = config.stash[SESSION].subject
     machine = hardware.machine()
     for item in items:
-        contract = _contract(item)
+        contract, backend = _contract(item), _backend(item)
         modes = [label for req, label in hardware.MODE_LABELS.items() if item.get_closest_marker(req)]
         item.user_properties += [
             ("contract", contract or "self-test"),
-            ("backend", _backend_of(item) or "-"),
+            ("backend", getattr(backend, "value", "-")),
             ("hardware", " · ".join([machine.describe(), *modes])),
         ]
         for requirement in hardware.REQUIREMENTS:
             if item.get_closest_marker(requirement) and (reason := hardware.missing(requirement, machine)):
-                item.add_marker(pytest.mark.skip(reason=reason))
+                item.add_marker(pytest.mark.skip(reason=reason + _backend_note(backend)))
                 break
         if contract is None:
             continue
         if subject.policy(contract) is None:
             item.add_marker(pytest.mark.skip(reason=f"subject {subject.name} does not implement contract {contract}"))
+
+
+def _backend_note(backend: object) -> str:
+    """For a backend-parametrized test: what the backend runs and where its rules come from (its record)."""
+    if backend is None:
+        return ""
+    from backends import record
+
+    r = record(backend)
+    return f" ({r.name}: {r.entry_point}; {r.sources[0]})"
 
 
 def _select_shard(config: pytest.Config, items: list[pytest.Item]) -> None:

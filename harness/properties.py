@@ -125,8 +125,10 @@ def property_test(
       (:func:`strategies.pins.pinned_examples`); ``examples``: ``@example`` configurations always run;
     * ``backends``: None (the check ignores the backend and gets None), ``ALL_BACKENDS`` (every
       backend of the contract) or a sequence of backend members; parametrized by the plugin
-      through the ``backends`` marker, so ``--backend`` selects among them;
-    * ``kernel``: the check runs a GPU kernel (its reproduction is written before each example);
+      from the backend records through the ``backends`` marker, so ``--backend`` selects among
+      them and each parameter carries its record's requirement markers;
+    * ``kernel``: the check runs a GPU kernel: only backends whose record has a kernel runner
+      (with its ``kernel_requires`` markers), and its reproduction is written before each example;
     * ``marks``: pytest marks (requirements such as ``pytest.mark.sm100``); ``settings``: a
       ``hypothesis.settings`` object for this test; ``fixtures``: extra fixtures to request
       (for their side effects; they are not passed to the check).
@@ -201,7 +203,7 @@ def _register(
         decorated = settings(decorated)
     if with_backend:
         members = () if backends is ALL_BACKENDS else tuple(backends)  # type: ignore[arg-type]
-        decorated = pytest.mark.backends(*members)(decorated)
+        decorated = pytest.mark.backends(*members, **({"kernel": True} if kernel else {}))(decorated)
     for mark in marks:
         decorated = mark(decorated)
     namespace[name] = decorated

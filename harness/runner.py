@@ -37,7 +37,7 @@ from typing import Any
 import pytest
 from hypothesis import currently_in_test_context, event, note
 
-from adapters.flashinfer import LibraryUnavailable
+from contracts.errors import LibraryUnavailable
 from harness.repro import Reproduction
 
 

@@ -12,15 +12,12 @@ reduced sizes that keep what the guards look at: N keeps its residue mod 32, whe
 the ASM GEMM); K keeps its residue mod 256 (see :func:`reduce_rows`,
 :func:`strategies.moe.reduce_size`). Token counts include 1-4 and non-multiples of 32.
 
-Layer sizes: shared experts come from ``strategies.catalog``; the GDN ``in_proj_ba`` is from
-``models.md`` §6 / vLLM PR #55213; the other dense projections are head counts x head_dim and
-dense MLP sizes from the models' ``config.json`` (not in the shared docs; only their residues
-matter to the contract).
+Layer sizes: shared experts and the dense projections come from the model catalogue
+(``strategies.catalog``).
 """
 
 from __future__ import annotations
 
-import enum
 import math
 from dataclasses import dataclass
 
@@ -28,7 +25,8 @@ import torch
 from hypothesis import strategies as st
 
 from reference.formats import MXFP4_BLOCK
-from strategies.catalog import MODELS, TP_DEGREES
+from strategies.boundaries import SPECIAL_SIZES, boundary_sizes, moduli_for
+from strategies.catalog import MODELS, TP_DEGREES, Parallel
 from strategies.config import Config
 from strategies.moe import reduce_size
 from strategies.pins import current_pin
@@ -39,14 +37,6 @@ PREP_BYTES_MAX = 8 << 20
 """Preparation properties use the real rank-local tensors when the packed weight fits in this."""
 SCALE_BYTES = (118, 136)
 """UE8M0 weight-scale bytes drawn in ``[118, 136)``: 2^-9 .. 2^8, finite, never 0 or 0xFF."""
-
-
-class Parallel(enum.Enum):
-    """How a rank holds a linear layer (vLLM's parallel linear classes)."""
-
-    COLUMN = "column"  # ColumnParallelLinear / Merged / QKV: N = out / tp, K = in
-    ROW = "row"  # RowParallelLinear: N = out, K = in / tp
-    REPLICATED = "replicated"  # ReplicatedLinear, TP=1 or disable_tp=True: N = out, K = in
 
 
 @dataclass(frozen=True)
@@ -74,30 +64,12 @@ def _shared_expert_layers() -> tuple[LinearLayer, ...]:
     return tuple(layers)
 
 
-_C, _R, _REP = Parallel.COLUMN, Parallel.ROW, Parallel.REPLICATED
-DENSE_LAYERS: tuple[LinearLayer, ...] = (
-    # vLLM PR #55213 / models.md §6 give K 5120; vLLM PR #58139 and AITER PR #5669 name the (96, 5120) layer
-    # Qwen3.8-27B (hidden 5120). With Flash-Next's hidden 2560 the scale is (96, 80): the same guard answers.
-    LinearLayer("qwen3.8-flash-next", "linear_attn.in_proj_ba", 5120, 96, _C),
-    LinearLayer("deepseek-v3", "self_attn.fused_qkv_a_proj", 7168, 1536 + 576, _REP),
-    LinearLayer("deepseek-v3", "self_attn.q_b_proj", 1536, 128 * 192, _C),
-    LinearLayer("deepseek-v3", "self_attn.kv_b_proj", 512, 128 * 256, _C),
-    LinearLayer("deepseek-v3", "self_attn.o_proj", 128 * 128, 7168, _R),
-    LinearLayer("deepseek-v3", "mlp.gate_up_proj", 7168, 2 * 18432, _C),
-    LinearLayer("deepseek-v3", "mlp.down_proj", 18432, 7168, _R),
-    LinearLayer("gpt-oss-120b", "self_attn.qkv_proj", 2880, 64 * 64 + 2 * 8 * 64, _C, max_tp=8),
-    LinearLayer("gpt-oss-120b", "self_attn.o_proj", 64 * 64, 2880, _R),
-    LinearLayer("qwen3-30b-a3b", "self_attn.qkv_proj", 2048, 32 * 128 + 2 * 4 * 128, _C, max_tp=4),
-    LinearLayer("qwen3-30b-a3b", "self_attn.o_proj", 32 * 128, 2048, _R),
-    LinearLayer("qwen3-235b-a22b", "self_attn.qkv_proj", 4096, 64 * 128 + 2 * 4 * 128, _C, max_tp=4),
-    LinearLayer("qwen3-235b-a22b", "self_attn.o_proj", 64 * 128, 4096, _R),
-    LinearLayer("llama-4-scout", "self_attn.qkv_proj", 5120, 40 * 128 + 2 * 8 * 128, _C, max_tp=8),
-    LinearLayer("llama-4-scout", "self_attn.o_proj", 40 * 128, 5120, _R, max_tp=8),
-    LinearLayer("gemma-4-26b-a4b", "mlp.gate_up_proj", 2816, 2 * 2112, _C),
-    LinearLayer("gemma-4-26b-a4b", "mlp.down_proj", 2112, 2816, _R),
-    LinearLayer("glm-4.5", "mlp.gate_up_proj", 5120, 2 * 12288, _C),
-    LinearLayer("glm-4.5", "mlp.down_proj", 12288, 5120, _R),
+DENSE_LAYERS: tuple[LinearLayer, ...] = tuple(
+    LinearLayer(m.name, d.name, d.in_features, d.out_features, d.parallel, max_tp=d.max_tp)
+    for m in MODELS.values()
+    for d in m.dense_layers
 )
+"""The catalogue's dense projections (:attr:`strategies.catalog.ModelShape.dense_layers`)."""
 
 LINEAR_LAYERS: tuple[LinearLayer, ...] = _shared_expert_layers() + DENSE_LAYERS
 
@@ -237,22 +209,47 @@ def _catalog_shape(draw: st.DrawFn, layers: list[LinearLayer], tp: int | None) -
     return linear_shape(layer, tp, parallel, draw(token_counts()), draw(st.integers(0, 2**16)))
 
 
-def adversarial_scale_rows() -> st.SearchStrategy[int]:
-    """Scale rows (= N): the smallest swizzlable count 32 and the forced-Triton 96, multiples of 32,
-    or any positive count."""
-    return st.one_of(st.sampled_from((32, 96)), st.integers(1, 128).map(lambda a: 32 * a), st.integers(1, 4096))
+ROWS_RULE, COLS_RULE = "mxfp4_linear.scale_rows", "mxfp4_linear.scale_cols"
+GUARD_RULES = ("rows", "cols", "forced rows")
+"""The ASM guard's rules a drawn scale shape straddles: the swizzle's ``rows % 32`` and
+``cols % 8``, and the row counts vLLM forces to Triton."""
 
 
-def adversarial_scale_cols() -> st.SearchStrategy[int]:
-    """Scale columns (= K/32): multiples of 8 (K % 256 == 0), or any positive count."""
-    return st.one_of(st.integers(1, 64).map(lambda a: 8 * a), st.integers(1, 512))
+_ROWS = boundary_sizes(unit=1, moduli=moduli_for(ROWS_RULE))
+_COLS = boundary_sizes(unit=1, moduli=moduli_for(COLS_RULE))
+_WHOLE_ROWS = st.integers(1, 64).map(lambda a: 32 * a)
+_WHOLE_COLS = st.integers(1, 64).map(lambda a: 8 * a)
+
+
+@st.composite
+def guard_boundary_scales(draw: st.DrawFn) -> tuple[int, int]:
+    """A 2-D scale shape ``(rows, cols)`` straddling one rule of the ASM guard while the others hold.
+
+    ``rows``: rows on, one off and half-way between multiples of 32 and the powers of two up to
+    256 (:func:`strategies.boundaries.boundary_sizes`), cols a multiple of 8; ``cols``: cols
+    likewise around multiples of 8 (``cols ≡ 4 (mod 8)`` included), rows a multiple of 32;
+    ``forced rows``: a row count vLLM sends to Triton (96), cols a multiple of 8 (so only that rule
+    decides). Shrinks to the ``rows`` rule at 32 rows, 8 columns.
+    """
+    rule = draw(st.sampled_from(GUARD_RULES))
+    if rule == "rows":
+        return draw(_ROWS), draw(_WHOLE_COLS)
+    if rule == "cols":
+        return draw(_WHOLE_ROWS), draw(_COLS)
+    return draw(st.sampled_from(SPECIAL_SIZES[ROWS_RULE])), draw(_WHOLE_COLS)
+
+
+def adversarial_scale_shapes() -> st.SearchStrategy[tuple[int, int]]:
+    """2-D scale shapes: :func:`guard_boundary_scales`, or any rows in ``[1, 4096]`` and columns in
+    ``[1, 512]``. Shrinks to the guard's boundary at ``(32, 8)``."""
+    return st.one_of(guard_boundary_scales(), st.tuples(st.integers(1, 4096), st.integers(1, 512)))
 
 
 @st.composite
 def _adversarial_shape(draw: st.DrawFn, tp: int | None) -> Mxfp4LinearShape:
     tp = tp if tp is not None else draw(st.sampled_from(TP_DEGREES))
     parallel = Parallel.REPLICATED if tp == 1 else draw(st.sampled_from(list(Parallel)))
-    n, cols = draw(adversarial_scale_rows()), draw(adversarial_scale_cols())
+    n, cols = draw(adversarial_scale_shapes())
     out = n * tp if parallel is Parallel.COLUMN else n
     k_in = MXFP4_BLOCK * cols * (tp if parallel is Parallel.ROW else 1)
     layer = LinearLayer("adversarial", "linear", k_in, out, parallel, replicable=True)
@@ -284,19 +281,26 @@ class ScaleShapeCase(Config):
         return f"scale shape {tuple(self.shape)} ({self.origin})"
 
 
+SCALE_SHAPE_KINDS = ("layer", "boundary", "boundary", "boundary", "not-2-D")
+"""Where a guard's scale shape comes from: three in five on the guard's boundaries
+(:func:`guard_boundary_scales`), one rank-local layer (:func:`linear_shapes`: catalogued and
+adversarial), one not 2-D."""
+
+
 @st.composite
 def scale_shapes(draw: st.DrawFn) -> ScaleShapeCase:
-    """Real rank-local scale shapes, adversarial 2-D shapes (rows, cols >= 1) and non-2-D shapes.
+    """Rank-local layers' scale shapes, 2-D shapes on the guard's boundaries (rows, cols >= 1) and
+    non-2-D shapes (:data:`SCALE_SHAPE_KINDS`); shrinks to a layer's shape.
 
     Empty scales are not drawn: ``(0, c)`` passes vLLM's modulo checks and torch's view, but no
     layer has zero rows (``asm_scale_swizzle_ok`` rejects it).
     """
-    kind = draw(st.sampled_from(("layer", "adversarial", "not-2-D")))
+    kind = SCALE_SHAPE_KINDS[draw(st.integers(0, len(SCALE_SHAPE_KINDS) - 1))]
     if kind == "layer":
         s = draw(linear_shapes())
         return ScaleShapeCase(tuple(s.scale_shape), f"{s.model} {s.layer} TP={s.tp} {s.parallel.value}")
-    if kind == "adversarial":
-        return ScaleShapeCase((draw(adversarial_scale_rows()), draw(adversarial_scale_cols())), "adversarial")
+    if kind == "boundary":
+        return ScaleShapeCase(draw(guard_boundary_scales()), "adversarial")
     ndim = draw(st.sampled_from((1, 3, 4)))
     dims = draw(st.lists(st.integers(1, 64), min_size=ndim, max_size=ndim))
     return ScaleShapeCase(tuple(dims), "not 2-D")

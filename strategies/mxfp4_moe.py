@@ -9,41 +9,19 @@ form without biases.
 
 from __future__ import annotations
 
-import enum
 from dataclasses import dataclass, replace
 
 from hypothesis import strategies as st
 
 from reference.formats import MXFP4_BLOCK
-from reference.layouts import Fc1Layout
 from reference.moe import Activation, ActivationKind
-from strategies.catalog import GPT_OSS, MODELS, SWIGLU, ModelShape
+from strategies.catalog import GPT_OSS, MODELS, SWIGLU, CheckpointForm
 from strategies.config import Config
 from strategies.moe import MoeShape, layer_shape, moe_shapes
 
 ACTIVATIONS = (SWIGLU, GPT_OSS)
 SWIGLU_OAI_PARAMS = ((1.702, 1.0, 7.0), (1.0, 1.0, None), (0.5, 0.0, 7.0))
 """``(alpha, beta, limit)``: gpt-oss; vLLM's ``test_mxfp4_moe`` (1, 1, None); FlashInfer's ``test_moe_bf16_mxfp4``."""
-
-UNCATALOGUED = {
-    m.name: m
-    for m in (
-        # vLLM PR #56697 (I 2304); hidden 5120, 384 experts, top-6 from lightseekorg/tokenspeed PR #1664
-        ModelShape("deepseek-v4.1-flash", 5120, 2304, 0, 384, 6, SWIGLU),
-    )
-}
-"""Models pinned as ``@example`` but not (yet) in :data:`strategies.catalog.MODELS`."""
-
-
-class CheckpointForm(enum.Enum):
-    """How the checkpoint stores the fused FC1 rows the loader hands to the policy."""
-
-    STACKED = "stacked"  # [gate; up]: Quark OCP-MX, DeepSeek-V4, MiniMax (vLLM's canonical w13)
-    INTERLEAVED = "interleaved"  # [g0, u0, g1, u1, ...]: gpt-oss
-
-    @property
-    def layout(self) -> Fc1Layout:
-        return Fc1Layout.GATE_UP if self is CheckpointForm.STACKED else Fc1Layout.GATE_UP_INTERLEAVED
 
 
 @dataclass(frozen=True)
@@ -69,12 +47,11 @@ def mxfp4_moe_configs(draw: st.DrawFn) -> Mxfp4MoeConfig:
 
 
 def pinned_config(model: str, tp: int, *, rank: int = 0, ep: bool = False) -> Mxfp4MoeConfig:
-    """A model's rank at one TP degree for ``@example``: gpt-oss with its interleaved checkpoint and
-    biases, others stacked without biases; ``rank = -1`` is the last rank (the short one of a
-    whole-block split)."""
-    m = MODELS.get(model) or UNCATALOGUED[model]
+    """A model's rank at one TP degree for ``@example``, in its catalogued checkpoint form and with its
+    expert biases (gpt-oss: interleaved, with biases); ``rank = -1`` is the last rank (the short one
+    of a whole-block split)."""
+    m = MODELS[model]
     shape = layer_shape(
         m, tp, ep, rank % tp, MXFP4_BLOCK, m.activation, experts=2, top_k=min(2, m.top_k), tokens=3, seed=0
     )
-    gpt_oss = model.startswith("gpt-oss")
-    return Mxfp4MoeConfig(shape, CheckpointForm.INTERLEAVED if gpt_oss else CheckpointForm.STACKED, gpt_oss)
+    return Mxfp4MoeConfig(shape, m.checkpoint, m.expert_biases)

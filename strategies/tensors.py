@@ -13,6 +13,7 @@ from dataclasses import dataclass
 
 import torch
 
+from contracts.moe import MoeWeights
 from reference.formats import (
     MXFP4_BLOCK,
     NVFP4_BLOCK,
@@ -25,7 +26,6 @@ from reference.formats import (
 )
 from reference.padding import unpad_fused_rows
 from strategies.moe import MoeShape
-from subjects.moe import MoeWeights
 
 SCALE_BYTES = {NVFP4_BLOCK: (0x20, 0x48), MXFP4_BLOCK: (118, 123)}
 

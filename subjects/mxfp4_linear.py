@@ -1,111 +1,21 @@
-"""Contract ``mxfp4_linear``: AITER kernel selection and weight preparation for an MXFP4 linear layer.
+"""Subjects of the ``mxfp4_linear`` contract (:mod:`contracts.mxfp4_linear`): AITER kernel selection and
+weight preparation for an MXFP4 linear layer.
 
-vLLM's ``AiterMxfp4LinearKernel`` (``vllm-logic.md`` §11) runs a dense MXFP4 layer either on
-AITER's ASM FP4 GEMM (``gemm_a4w4`` with ``bpreshuffle``) or on the Triton ``gemm_afp4wfp4``.
-The ASM path needs the weight in ``shuffle_weight`` (16, 16) order and the UE8M0 weight scale
-``(N, K/32)`` swizzled by an **unpadded** 7-D view, which only exists for ``rows % 32 == 0`` and
-``cols % 8 == 0``; every other layer must fall back to Triton, whose scale is stored transposed
-and contiguous, ``(K/32, N)``.
-
-Protocol (:class:`Mxfp4LinearKernelSelection`), one method per step of the real code, so vLLM's
-functions adapt directly:
-
-* ``use_asm_gemm(scale_shape) -> bool``: the guard (``_asm_fp4_scale_swizzle_supported`` on a
-  tensor of that shape); it sees any rank, non-2-D shapes must be refused;
-* ``prepare_asm_linear(weight, scale)`` / ``prepare_triton_linear(weight, scale)``: each path's
-  layout (the two branches of ``process_weights_after_loading``), returning
-  :class:`PreparedMxfp4Linear`;
-* ``process_mxfp4_linear_weights(weight, scale, asm_enabled)``: the whole
-  ``process_weights_after_loading`` with ``use_asm_gemm`` preset to ``asm_enabled`` (the
-  ``VLLM_ROCM_USE_AITER_FP4_ASM_GEMM`` switch): guard, then one of the two preparations;
-* ``linear_activation_rounding(path)``: the MX scale rounding of the activation quantizer each
-  path runs (HIP ``per_1x32_f4_quant``: RoundUp = RCEIL since AITER PR #3212; Triton
-  ``dynamic_mxfp4_quant``: Even).
-
-Weights are packed uint8 ``[N, K/2]``; scales are uint8 UE8M0 bytes ``[N, K/32]``. A policy may
-raise; the properties report any exception from a preparation as a failure.
-
-Subjects shipped here: the built-in policy (vLLM after PRs #55213 and #58139) and known-bad ones.
+The built-in policy is vLLM's ``AiterMxfp4LinearKernel`` after PRs #55213 and #58139: the ASM guard
+and each path's activation rounding are the records' (:mod:`backends.mxfp4_linear`), the layouts the
+reference's. Known-bad subjects reproduce the guard's and the model's historical mistakes.
 """
 
 from __future__ import annotations
 
-import enum
-from dataclasses import dataclass
-from typing import Protocol, runtime_checkable
-
 import torch
 
+from backends import record
+from backends.mxfp4_linear import AiterLinearPath, asm_gemm_eligible
+from contracts.mxfp4_linear import CONTRACT, Mxfp4LinearKernelSelection, PreparedMxfp4Linear
 from reference.formats import MxScaleRounding
 from reference.layouts import aiter_shuffle_weight, asm_scale_swizzle_ok, vllm_asm_scale_swizzle
 from subjects.registry import Subject, register_contract, register_subject
-
-CONTRACT = "mxfp4_linear"
-
-ASM_FORCE_TRITON_SCALE_ROWS = frozenset({96})
-"""Scale row counts whose unpadded swizzle is valid but whose ASM ``gemm_a4w4`` result is wrong at
-``M <= 64`` (Qwen3.8 GDN ``in_proj_ba`` at TP1, scale (96, 160); AITER #5931): vLLM PR #58139 routes
-them to Triton, and vLLM's guard unit test pins ``(96, 160) -> False``."""
-
-
-class AiterLinearPath(enum.Enum):
-    """The two AITER GEMM paths of an MXFP4 linear layer (the contract's backends)."""
-
-    ASM = "aiter-asm"  # per_1x32_f4_quant_hip + gemm_a4w4(bpreshuffle=True) / gemm_afp4wfp4_preshuffle
-    TRITON = "aiter-triton"  # dynamic_mxfp4_quant + gemm_afp4wfp4 (any K % 32, any N)
-
-
-@dataclass(frozen=True)
-class PreparedMxfp4Linear:
-    """A layer after weight processing: ``path`` and its tensors.
-
-    ASM: ``weight`` is ``shuffle_weight`` (16, 16) of ``[N, K/2]`` (same shape), ``scale`` the
-    unpadded swizzle, ``(N, K/32)``. Triton: ``weight`` unchanged, ``scale`` = ``scale.T`` stored
-    contiguous, ``(K/32, N)`` (the GEMM gets its ``.T`` view).
-    """
-
-    path: AiterLinearPath
-    weight: torch.Tensor
-    scale: torch.Tensor
-
-
-@runtime_checkable
-class Mxfp4LinearKernelSelection(Protocol):
-    def use_asm_gemm(self, scale_shape: tuple[int, ...]) -> bool:
-        """Whether a layer whose weight scale has ``scale_shape`` may run on the ASM FP4 GEMM."""
-        ...
-
-    def prepare_asm_linear(self, weight: torch.Tensor, scale: torch.Tensor) -> PreparedMxfp4Linear:
-        """The ASM layout of ``weight [N, K/2]`` and ``scale [N, K/32]``."""
-        ...
-
-    def prepare_triton_linear(self, weight: torch.Tensor, scale: torch.Tensor) -> PreparedMxfp4Linear:
-        """The Triton layout of ``weight [N, K/2]`` and ``scale [N, K/32]``."""
-        ...
-
-    def process_mxfp4_linear_weights(
-        self, weight: torch.Tensor, scale: torch.Tensor, asm_enabled: bool
-    ) -> PreparedMxfp4Linear:
-        """Weight processing after loading: pick the path (ASM only if enabled and guarded), prepare."""
-        ...
-
-    def linear_activation_rounding(self, path: AiterLinearPath) -> MxScaleRounding:
-        """The MX scale rounding of the activation quantizer ``path`` runs."""
-        ...
-
-
-def asm_gemm_eligible(scale_shape: tuple[int, ...]) -> bool:
-    """2-D, the unpadded swizzle is valid (``rows % 32``, ``cols % 8``, ``rows >= 32``) and the
-    row count is not one the ASM kernel is known to get wrong (:data:`ASM_FORCE_TRITON_SCALE_ROWS`)."""
-    if len(scale_shape) != 2:
-        return False
-    rows, cols = scale_shape
-    return asm_scale_swizzle_ok(rows, cols) and rows not in ASM_FORCE_TRITON_SCALE_ROWS
-
-
-ACTIVATION_ROUNDING = {AiterLinearPath.ASM: MxScaleRounding.RCEIL, AiterLinearPath.TRITON: MxScaleRounding.EVEN}
-"""AITER's activation quantizers: HIP ``per_1x32_f4_quant_hip`` RoundUp (AITER >= PR #3212), Triton
-``dynamic_mxfp4_quant`` Even (``formats.md`` §7, ``kernels.md`` §8.3)."""
 
 
 class BuiltinMxfp4Linear:
@@ -129,7 +39,7 @@ class BuiltinMxfp4Linear:
         return self.prepare_triton_linear(weight, scale)
 
     def linear_activation_rounding(self, path: AiterLinearPath) -> MxScaleRounding:
-        return ACTIVATION_ROUNDING[path]
+        return record(path).activation_rounding
 
 
 class NoAsmGuardLinear(BuiltinMxfp4Linear):

@@ -1,68 +1,32 @@
-"""Contract ``mxfp4_moe``: rounding, padding and FC1 row layout of MXFP4 MoE experts per backend.
+"""Subjects of the ``mxfp4_moe`` contract: rounding, padding and FC1 row layout of MXFP4 MoE experts per backend.
 
-The protocol is :class:`subjects.moe.MoeAlignment` with ``block = 32`` weights in the checkpoint's
+The protocol is :class:`contracts.moe.MoeAlignment` with ``block = 32`` weights in the checkpoint's
 FC1 layout (``weights.fc1_layout``): stacked ``[gate; up]`` (Quark OCP-MX, DeepSeek-V4, MiniMax) or
 row-interleaved ``[g0, u0, g1, u1, ...]`` (gpt-oss), at the loader's shard size (the last rank of
 a whole-block split holds zeros past its real channels). A policy rounds ``(I, H)`` for the backend,
 pads with zeros and converts FC1 rows to the order the backend's kernel reads (vLLM's
 ``mxfp4_round_up_hidden_size_and_intermediate_size`` plus the reorder part of
-``convert_to_mxfp4_moe_kernel_format``, ``vllm-logic.md`` §8). The libraries' own shuffles and
-scale swizzles stay with the properties, which apply them and check they accept the result.
+``convert_to_mxfp4_moe_kernel_format``); the multiples and the FC1 order are the backend records'
+(:mod:`backends.mxfp4_moe`). The libraries' own shuffles and scale swizzles stay with the
+properties, which apply them and check they accept the result.
 
 Subjects shipped here: the correct built-in policy and six known-bad ones reproducing real bugs.
 """
 
 from __future__ import annotations
 
-import enum
-from dataclasses import dataclass, replace
+from dataclasses import replace
 
+from backends import record
+from backends.mxfp4_moe import CONTRACT, Mxfp4MoeBackend
+from contracts.errors import UnsupportedConfig
+from contracts.moe import AlignedMoe, MoeAlignment, MoeWeights, pad_moe, relayout_moe
 from reference.errors import ShapeContractError
 from reference.formats import MXFP4_BLOCK
 from reference.layouts import Fc1Layout
 from reference.sizes import round_up
-from subjects.moe import (
-    AlignedMoe,
-    MoeAlignment,
-    MoeWeights,
-    UnsupportedConfig,
-    pad_fused_block_at_end,
-    pad_moe,
-    relayout_moe,
-)
+from subjects.moe_bugs import pad_fused_block_at_end
 from subjects.registry import Subject, register_contract, register_subject
-
-CONTRACT = "mxfp4_moe"
-
-
-class Mxfp4MoeBackend(enum.Enum):
-    """MoE kernels consuming MXFP4 expert weights."""
-
-    FLASHINFER_TRTLLM = "flashinfer-trtllm-mxfp4"  # trtllm_fp4_block_scale_moe, x BF16 / MXFP8 (SM100)
-    FLASHINFER_CUTLASS_SM90 = "flashinfer-cutlass-sm90"  # cutlass_fused_moe W4A16, use_w4_group_scaling (SM90)
-    AITER = "aiter-ck"  # aiter.fused_moe, QuantType.per_1x32 (gfx950)
-    MARLIN = "marlin"  # vLLM fused_marlin_moe
-
-
-@dataclass(frozen=True)
-class BackendFormat:
-    """What the built-in policy produces for a backend: round-up multiples and the FC1 row order."""
-
-    intermediate_multiple: int
-    hidden_multiple: int
-    fc1_layout: Fc1Layout
-
-
-FORMATS = {
-    # trtllm-gen's 128-row FC1 tiles, hidden 256 for MXFP8 activations; rows [u0, g0, ...]: swap_every_two_rows
-    Mxfp4MoeBackend.FLASHINFER_TRTLLM: BackendFormat(128, 256, Fc1Layout.UP_GATE_INTERLEAVED),
-    # K % 128 for the SM90 mixed-GEMM scale fold; FlashInfer's w31 = [up; gate]
-    Mxfp4MoeBackend.FLASHINFER_CUTLASS_SM90: BackendFormat(128, 128, Fc1Layout.UP_GATE),
-    # vLLM's ROCm rounding (256; AITER #5233); [gate; up] (GateMode.SEPARATED)
-    Mxfp4MoeBackend.AITER: BackendFormat(256, 256, Fc1Layout.GATE_UP),
-    # ru(I, lcm(64, 32)) per shard (vLLM PR #56697), hidden % 128 (check_moe_marlin_supports_layer)
-    Mxfp4MoeBackend.MARLIN: BackendFormat(64, 128, Fc1Layout.GATE_UP),
-}
 
 
 def _check_input(weights: MoeWeights, gated: bool) -> None:
@@ -76,21 +40,21 @@ def _check_input(weights: MoeWeights, gated: bool) -> None:
 
 
 class BuiltinMxfp4MoeAlignment:
-    """Correct policy: round to :data:`FORMATS`, zero-pad in the checkpoint layout, reorder FC1 rows."""
+    """Correct policy: round to the backend record's multiples, zero-pad in the checkpoint layout,
+    reorder FC1 rows to the order the backend's kernel reads."""
 
     def sizes(self, backend: Mxfp4MoeBackend, weights: MoeWeights) -> tuple[int, int]:
         """The padded ``(Ip, Hp)`` for ``backend``."""
-        fmt = FORMATS[backend]
-        return (
-            round_up(weights.intermediate_size, fmt.intermediate_multiple),
-            round_up(weights.hidden_size, fmt.hidden_multiple),
+        r = record(backend)
+        return round_up(weights.intermediate_size, r.intermediate_multiple), round_up(
+            weights.hidden_size, r.hidden_multiple
         )
 
     def align_moe(self, backend: Mxfp4MoeBackend, weights: MoeWeights, gated: bool) -> AlignedMoe:
         _check_input(weights, gated)
         ip, hp = self.sizes(backend, weights)
         padded = pad_moe(weights, gated, ip, hp)
-        return AlignedMoe(relayout_moe(padded.weights, FORMATS[backend].fc1_layout), ip, hp)
+        return AlignedMoe(relayout_moe(padded.weights, record(backend).fc1_layout), ip, hp)
 
 
 class RoundingAlignment(BuiltinMxfp4MoeAlignment):

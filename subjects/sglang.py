@@ -1,19 +1,23 @@
 """Subject ``sglang``: SGLang's own alignment, placement and fallback code, adapted to the suite's protocols.
 
 Enabled when SGLang imports (``scripts/install-sglang-cpu.sh`` installs SGLang 0.5.23 on a CPU
-machine). Every decision comes from SGLang's functions: the adapters build the small objects they
-read (a ``FusedMoE`` made with ``object.__new__`` carrying the attributes the quant method and the
-loaders read, a ``torch.nn.Module`` with parameters), select the backend through SGLang's own test
-hooks (``get_flags().moe.override(runner_backend=...)``, ``override_platform(...)``) and replace
-only calls that need a GPU, each named in the adapter's docstring:
+machine). Every decision comes from SGLang's functions: the MoE adapters construct a real
+``FusedMoE`` through SGLang's own test hooks (``get_flags().moe.override(runner_backend=...)``,
+``override_platform(...)``, ``get_context().override_server_args()``, ``get_parallel().override(...)``),
+so its constructor picks the quant method, which allocates and rounds; the linear adapter builds a
+``torch.nn.Module`` with parameters. Only calls that need a GPU are replaced, each named in the
+adapter's docstring:
 
 * ``nvfp4_moe``: :class:`SglangNvfp4MoeAlignment` (``ModelOptNvFp4FusedMoEMethod.create_weights``,
   ``FusedMoE.weight_loader``, ``process_weights_after_loading``: the TRT-LLM and the CUTLASS branch);
 * ``mxfp4_linear``: :class:`SglangQuarkMxfp4Linear` (``QuarkW4A4MXFP4.process_weights_after_loading``:
   the AITER ASM guard and each path's weight preparation; the activation quantizer of each path read
-  from ``apply_weights``' source).
+  from ``apply_weights``' source);
+* ``mxfp4_moe``: :class:`SglangMxfp4MoeAlignment` (the sizes of a real ``FusedMoE`` of
+  ``Mxfp4MoEMethod`` per backend; per-half placement from the suite, as for vLLM).
 
-SGLang has no counterpart of vLLM's Qwen3-Next shared-expert replicate-or-refuse decision
+How SGLang's loader splits a checkpoint over TP ranks is :func:`load_nvfp4_rank` (whole padded blocks
+under TRT-LLM, modelled by ``reference.sizes.padded_split``). SGLang has no counterpart of vLLM's Qwen3-Next shared-expert replicate-or-refuse decision
 (``shared_expert``): its Qwen3-Next shared expert is a tensor-parallel MLP without that gate.
 
 Upstream bugs of SGLang 0.5.23 that properties catch are listed in :data:`SGLANG_KNOWN_FAILURES`.
@@ -38,16 +42,18 @@ from unittest import mock
 
 import torch
 
+from backends.mxfp4_linear import AiterLinearPath
+from backends.mxfp4_moe import CONTRACT as MXFP4_MOE
+from backends.mxfp4_moe import Mxfp4MoeBackend
+from backends.nvfp4_moe import CONTRACT as NVFP4_MOE
+from backends.nvfp4_moe import Nvfp4MoeBackend
+from contracts.moe import AlignedMoe, MoeWeights
+from contracts.mxfp4_linear import CONTRACT as MXFP4_LINEAR
+from contracts.mxfp4_linear import PreparedMxfp4Linear
 from reference.formats import MxScaleRounding
 from reference.layouts import aiter_shuffle_weight, unswizzle_128x4
 from reference.sizes import round_up
-from subjects.moe import AlignedMoe, MoeWeights
-from subjects.mxfp4_linear import CONTRACT as MXFP4_LINEAR
-from subjects.mxfp4_linear import AiterLinearPath, PreparedMxfp4Linear
-from subjects.mxfp4_moe import CONTRACT as MXFP4_MOE
-from subjects.mxfp4_moe import BuiltinMxfp4MoeAlignment, Mxfp4MoeBackend
-from subjects.nvfp4_moe import CONTRACT as NVFP4_MOE
-from subjects.nvfp4_moe import MoeBackend
+from subjects.mxfp4_moe import BuiltinMxfp4MoeAlignment
 from subjects.registry import KnownFailure, Subject, register_subject
 from subjects.vllm import QUANTIZER_ROUNDING
 
@@ -203,7 +209,7 @@ def sglang_modules() -> types.SimpleNamespace:
     )
 
 
-# --- the FusedMoE layer the quant methods and loaders read ------------------------------------------
+# --- a real FusedMoE: SGLang's own constructor under its test hooks ---------------------------------
 
 
 @contextlib.contextmanager
@@ -217,79 +223,35 @@ def moe_backend(runner_backend: str, **platform: bool) -> Iterator[types.SimpleN
         yield m
 
 
-class _CapturingDispatcher:
-    """The layer's token dispatcher: ``process_weights_after_loading`` only hands it the quant config."""
+def parallel_layout(tp: int, rank: int) -> dict[str, int]:
+    """SGLang's parallel fields for rank ``rank`` of a plain tensor-parallel group of ``tp``: attention and
+    MoE both tensor-parallel over all ``tp`` ranks (no DP, CP or EP), as ``_validate_parallel`` requires."""
+    return dict(
+        tp_size=tp, tp_rank=rank, attn_tp_size=tp, attn_tp_rank=rank, attn_dp_size=1, attn_dp_rank=0,
+        attn_cp_size=1, attn_cp_rank=0, moe_tp_size=tp, moe_tp_rank=rank, moe_ep_size=1, moe_ep_rank=0,
+        moe_dp_size=1,
+    )  # fmt: skip
 
-    def set_quant_config(self, config: dict) -> None:
-        self.quant_config = config
 
-
-def fused_moe_layer(
-    m: types.SimpleNamespace,
-    quant_method: Any,
-    quant_config: Any,
-    experts: int,
-    hidden: int,
-    intermediate: int,
-    gated: bool,
-) -> torch.nn.Module:
-    """A ``FusedMoE`` built with ``object.__new__`` (its ``__init__`` needs a published parallel and server
-    context), holding what ``create_weights``, ``FusedMoE.weight_loader`` and
-    ``process_weights_after_loading`` read: TP size 1, no EP, no fused shared expert, the runner config.
-    ``use_flashinfer_trtllm_moe`` is the layer's own rule (``is_flashinfer_trtllm() or
-    is_flashinfer_trtllm_routed()`` of the selected backend)."""
-    layer = object.__new__(m.FusedMoE)
-    torch.nn.Module.__init__(layer)
-    backend = m.get_moe_runner_backend()
-    attrs = dict(
-        num_experts=experts,
-        num_local_experts=experts,
-        hidden_size=hidden,
-        hidden_size_unpadded=hidden,
-        intermediate_size_per_partition=intermediate,
-        layer_id=0,
-        quant_config=quant_config,
-        quant_method=quant_method,
-        weight_load_method=None,
-        scheme=None,
-        moe_tp_size=1,
-        moe_tp_rank=0,
-        moe_ep_size=1,
-        moe_ep_rank=0,
-        _expert_storage_rank=0,
-        _num_local_routed=experts,
-        _num_global_routed=experts,
-        _has_fused_shared=False,
-        num_fused_shared_experts=0,
-        uses_expert_location=False,
-        use_presharded_weights=False,
-        use_triton_kernels=backend.is_triton_kernels(),
-        use_flashinfer_trtllm_moe=backend.is_flashinfer_trtllm() or backend.is_flashinfer_trtllm_routed(),
-        dispatcher=_CapturingDispatcher(),
-    )
-    for name, value in attrs.items():
-        object.__setattr__(layer, name, value)
-    layer.moe_runner_config = m.MoeRunnerConfig(
-        num_experts=experts,
-        num_local_experts=experts,
-        hidden_size=hidden,
-        intermediate_size_per_partition=intermediate,
-        layer_id=0,
-        top_k=1,
-        num_fused_shared_experts=0,
-        params_dtype=torch.bfloat16,
-        activation="silu" if gated else "relu2",
-        is_gated=gated,
-        layer=layer,
-    )
-    return layer
+@contextlib.contextmanager
+def sglang_layer_context(runner_backend: str, platform: dict[str, bool], tp: int = 1, rank: int = 0) -> Iterator[Any]:
+    """What a real ``FusedMoE(...)`` needs to be constructed: the backend and platform (:func:`moe_backend`),
+    a published dummy ``ServerArgs`` (``get_context().override_server_args()``, SGLang's test hook) and the
+    MoE parallel layout ``moe_tp_size = tp``, ``moe_tp_rank = rank``, no EP."""
+    with moe_backend(runner_backend, **platform) as m:
+        context = m.ctx.get_context()
+        with (
+            context.override_server_args(),
+            m.ctx.get_parallel().override(**parallel_layout(tp, rank)),
+        ):
+            yield m
 
 
 # --- nvfp4_moe: ModelOptNvFp4FusedMoEMethod ----------------------------------------------------------
 
 NVFP4_BACKENDS = {
-    MoeBackend.FLASHINFER_TRTLLM: "flashinfer_trtllm",
-    MoeBackend.FLASHINFER_CUTLASS: "flashinfer_cutlass",
+    Nvfp4MoeBackend.FLASHINFER_TRTLLM: "flashinfer_trtllm",
+    Nvfp4MoeBackend.FLASHINFER_CUTLASS: "flashinfer_cutlass",
 }
 """The suite's NVFP4 MoE backends as SGLang ``--moe-runner-backend`` values."""
 
@@ -321,14 +283,54 @@ def load_nvfp4_checkpoint(layer: torch.nn.Module, weights: MoeWeights, gated: bo
         layer.weight_loader(layer.w2_input_scale, torch.tensor(1.0), f"{NVFP4_PREFIX}.w2_input_scale", "w2", e)
 
 
+@contextlib.contextmanager
+def nvfp4_fused_moe(
+    backend: Nvfp4MoeBackend, experts: int, hidden: int, intermediate: int, gated: bool, tp: int = 1, rank: int = 0
+) -> Iterator[tuple[types.SimpleNamespace, torch.nn.Module]]:
+    """A real ``FusedMoE`` of rank ``rank`` of ``tp`` for a static-scale ModelOpt NVFP4 checkpoint
+    (``ModelOptFp4Config``, group 16, no per-token activation) of global ``intermediate`` size, under
+    ``--moe-runner-backend`` :data:`NVFP4_BACKENDS` on a B200 (:func:`sglang_layer_context`): its
+    constructor picks ``ModelOptNvFp4FusedMoEMethod``, whose ``create_weights`` rounds and allocates."""
+    with sglang_layer_context(NVFP4_BACKENDS[backend], BLACKWELL, tp, rank) as m:
+        config = m.modelopt.ModelOptFp4Config(
+            is_checkpoint_nvfp4_serialized=True, group_size=16, use_per_token_activation=False
+        )
+        layer = m.FusedMoE(
+            num_experts=experts, hidden_size=hidden, intermediate_size=intermediate, layer_id=0, top_k=1,
+            quant_config=config, prefix=NVFP4_PREFIX, activation="silu" if gated else "relu2", is_gated=gated,
+        )  # fmt: skip
+        if not isinstance(layer.quant_method, m.modelopt.ModelOptNvFp4FusedMoEMethod):
+            raise SglangSourceMismatch(
+                f"ModelOptFp4Config gave FusedMoE a {type(layer.quant_method).__name__}, not ModelOptNvFp4FusedMoEMethod"
+            )
+        yield m, layer
+
+
+def load_nvfp4_rank(
+    backend: Nvfp4MoeBackend, checkpoint: MoeWeights, gated: bool, tp: int, rank: int
+) -> tuple[MoeWeights, int]:
+    """Rank ``rank`` of ``tp``'s expert buffers after SGLang's loader has read the whole (unsharded)
+    ``checkpoint``: a real ``FusedMoE`` of that rank (:func:`nvfp4_fused_moe`) and
+    ``FusedMoE.weight_loader`` on every full checkpoint tensor, before any post-load processing.
+    Returns the buffers (FC1 rows ``[up; gate]``, bytes) and the per-rank intermediate size."""
+    e, h, i = checkpoint.w13.shape[0], checkpoint.hidden_size, checkpoint.intermediate_size
+    with nvfp4_fused_moe(backend, e, h, i, gated, tp, rank) as (_, layer):
+        load_nvfp4_checkpoint(layer, checkpoint, gated)
+        loaded = MoeWeights(
+            w13=layer.w13_weight.detach().clone(), w13_scale=layer.w13_weight_scale.detach().view(torch.uint8).clone(),
+            w2=layer.w2_weight.detach().clone(), w2_scale=layer.w2_weight_scale.detach().view(torch.uint8).clone(),
+            block=16,
+        )  # fmt: skip
+        return loaded, layer.intermediate_size_per_partition
+
+
 class SglangNvfp4MoeAlignment:
     """SGLang's ModelOpt NVFP4 MoE path (``ModelOptNvFp4FusedMoEMethod``) for FlashInfer TRT-LLM and CUTLASS.
 
-    Under ``--moe-runner-backend flashinfer_trtllm`` / ``flashinfer_cutlass`` on a Blackwell platform
-    (:func:`moe_backend`), a static-scale ModelOpt NVFP4 checkpoint (``ModelOptFp4Config``, group 16,
-    no per-token activation): ``create_weights`` on a :func:`fused_moe_layer` (its intermediate
-    rounding), ``FusedMoE.weight_loader`` for every expert tensor (:func:`load_nvfp4_checkpoint`: the
-    per-half placement and zero fill), then ``process_weights_after_loading``.
+    A real ``FusedMoE`` at TP 1 holding the rank's experts (:func:`nvfp4_fused_moe`: ``create_weights``'
+    intermediate rounding), ``FusedMoE.weight_loader`` for every expert tensor
+    (:func:`load_nvfp4_checkpoint`: the per-half placement and zero fill), then
+    ``process_weights_after_loading``.
 
     * TRT-LLM branch (``align_fp4_moe_weights_for_flashinfer_trtllm``): the FlashInfer shuffles inside
       ``prepare_static_weights_for_trtllm_fp4_moe`` are CUDA kernels; the adapter captures that call's
@@ -337,25 +339,18 @@ class SglangNvfp4MoeAlignment:
     * CUTLASS branch: runs whole (``swizzle_blockscale`` is pure torch); the swizzled scales are read
       back with the reference inverse of the 128x4 swizzle, and the intermediate size the kernel sees
       is read off ``w2`` (the CUTLASS runner takes it from the weight shapes).
+
+    How SGLang splits a checkpoint over TP ranks (whole padded blocks under TRT-LLM,
+    ``reference.sizes.padded_split``) is :func:`load_nvfp4_rank`'s, checked by ``tests/test_sglang_subject.py``.
     """
 
-    def align_moe(self, backend: MoeBackend, weights: MoeWeights, gated: bool) -> AlignedMoe:
-        with moe_backend(NVFP4_BACKENDS[backend], **BLACKWELL) as m:
-            config = m.modelopt.ModelOptFp4Config(
-                is_checkpoint_nvfp4_serialized=True, group_size=16, use_per_token_activation=False
-            )
-            method = m.modelopt.ModelOptNvFp4FusedMoEMethod(config)
-            e, h, i = weights.w13.shape[0], weights.hidden_size, weights.intermediate_size
-            layer = fused_moe_layer(m, method, config, e, h, i, gated)
-            method.create_weights(
-                layer, e, h, i, torch.bfloat16, weight_loader=layer.weight_loader, with_bias=False,
-                moe_intermediate_size=i,
-            )  # fmt: skip
-            method.create_moe_runner(layer, layer.moe_runner_config)
+    def align_moe(self, backend: Nvfp4MoeBackend, weights: MoeWeights, gated: bool) -> AlignedMoe:
+        e, h, i = weights.w13.shape[0], weights.hidden_size, weights.intermediate_size
+        with nvfp4_fused_moe(backend, e, h, i, gated) as (m, layer):
             load_nvfp4_checkpoint(layer, weights, gated)
-            if backend is MoeBackend.FLASHINFER_TRTLLM:
-                return self._trtllm(m, method, layer)
-            method.process_weights_after_loading(layer)
+            if backend is Nvfp4MoeBackend.FLASHINFER_TRTLLM:
+                return self._trtllm(m, layer.quant_method, layer)
+            layer.quant_method.process_weights_after_loading(layer)
             return self._cutlass(layer, h)
 
     @staticmethod
@@ -471,7 +466,7 @@ class SglangQuarkMxfp4Linear:
       ASM scale swizzle are SGLang's; the ASM weight shuffle is the reference's.
     * The path is ASM when the layer's ``use_aiter_asm_fp4_gemm`` is set. On the Triton path SGLang keeps
       the scale as loaded, ``(N, K/32)``, and hands it to ``gemm_afp4wfp4`` as is; the suite's
-      :class:`~subjects.mxfp4_linear.PreparedMxfp4Linear` states the Triton scale in vLLM's storage,
+      :class:`~contracts.mxfp4_linear.PreparedMxfp4Linear` states the Triton scale in vLLM's storage,
       ``(K/32, N)`` whose ``.T`` the GEMM gets, so the adapter reports ``scale.T.contiguous()``: the same
       GEMM operand.
     * ``use_asm_gemm(shape)``: the path that processing takes, ASM enabled, for a layer whose scale has
@@ -539,56 +534,47 @@ MXFP4_BACKENDS: dict[Mxfp4MoeBackend, tuple[str, dict[str, bool], dict[str, bool
 environment at import (``SGLANG_USE_AITER`` on ROCm; FlashInfer's SM90 mixed-GEMM helpers, PR #3084)."""
 
 
-@contextlib.contextmanager
-def sglang_layer_context(runner_backend: str, platform: dict[str, bool], tp: int = 1, rank: int = 0) -> Iterator[Any]:
-    """What a real ``FusedMoE(...)`` needs to be constructed: the backend and platform (:func:`moe_backend`),
-    a published dummy ``ServerArgs`` (``get_context().override_server_args()``, SGLang's test hook) and the
-    MoE parallel layout ``moe_tp_size = tp``, ``moe_tp_rank = rank``, no EP."""
-    with moe_backend(runner_backend, **platform) as m:
-        context = m.ctx.get_context()
-        with (
-            context.override_server_args(),
-            m.ctx.get_parallel().override(
-                tp_size=tp, tp_rank=rank, moe_tp_size=tp, moe_tp_rank=rank, moe_ep_size=1, moe_ep_rank=0
-            ),
-        ):
-            yield m
+@functools.cache
+def mxfp4_fused_moe_sizes(backend: Mxfp4MoeBackend, hidden: int, intermediate: int) -> tuple[int, int]:
+    """``(Ip, Hp)`` of a real one-expert ``FusedMoE`` of ``Mxfp4MoEMethod`` under ``backend``'s selection
+    (:data:`MXFP4_BACKENDS`, TP 1); cached, since SGLang's sizes depend on nothing else."""
+    runner, platform, switches = MXFP4_BACKENDS[backend]
+    with sglang_layer_context(runner, platform) as m, contextlib.ExitStack() as stack:
+        for name, value in switches.items():
+            stack.enter_context(mock.patch.object(m.mxfp4, name, value))
+        config = m.mxfp4.Mxfp4Config(is_checkpoint_mxfp4_serialized=True)
+        layer = m.FusedMoE(
+            num_experts=1, hidden_size=hidden, intermediate_size=intermediate, layer_id=0, top_k=1,
+            quant_config=config, prefix="model.layers.0.mlp.experts", activation="silu", with_bias=True,
+        )  # fmt: skip
+    method = layer.quant_method
+    if not isinstance(method, m.mxfp4.Mxfp4MoEMethod):
+        raise SglangSourceMismatch(f"Mxfp4Config gave FusedMoE a {type(method).__name__}, not Mxfp4MoEMethod")
+    if backend is Mxfp4MoeBackend.FLASHINFER_CUTLASS_SM90:
+        return method._padded_intermediate, method._padded_hidden
+    return layer.w13_weight.shape[1] // 2, 2 * layer.w13_weight.shape[2]
 
 
 class SglangMxfp4MoeAlignment(BuiltinMxfp4MoeAlignment):
     """Sizes from a real ``FusedMoE`` of SGLang's ``Mxfp4MoEMethod`` (``quantization/mxfp4.py``), for the
     SGLang backend :data:`MXFP4_BACKENDS` names.
 
-    ``FusedMoE(num_experts, hidden, intermediate, quant_config=Mxfp4Config(is_checkpoint_mxfp4_serialized=True))``
-    runs its own constructor (:func:`sglang_layer_context`) at TP 1: ``FusedMoE.__init__``'s hidden rounding
-    for ``flashinfer_mxfp4`` and ``Mxfp4MoEMethod.create_weights``' per-backend rounding decide the buffer,
-    read back as ``(w13_weight.shape[1] / 2, 2 · w13_weight.shape[2])``. FlashInfer's SM90 CUTLASS path
+    ``FusedMoE(1, hidden, intermediate, quant_config=Mxfp4Config(is_checkpoint_mxfp4_serialized=True))``
+    (:func:`mxfp4_fused_moe_sizes`) runs its own constructor (:func:`sglang_layer_context`) at TP 1:
+    ``FusedMoE.__init__``'s hidden rounding for ``flashinfer_mxfp4`` and ``Mxfp4MoEMethod.create_weights``'
+    per-backend rounding decide the buffer, read back as ``(w13_weight.shape[1] / 2, 2 · w13_weight.shape[2])``. FlashInfer's SM90 CUTLASS path
     allocates the unpadded buffer and rebuilds a padded one after loading; its sizes are the method's
     ``_padded_intermediate`` / ``_padded_hidden``.
 
     Only the sizes are SGLang's: the zero padding per gate/up half and the FC1 row order are the built-in
-    policy's (``subjects.moe.pad_moe``, ``reference.padding``), as for the vLLM subject; SGLang's
-    ``Mxfp4MoEMethod`` serves gpt-oss-style checkpoints, and the Quark OCP-MX family
-    (``QuarkW4A4MXFp4MoE``) is sized by the same rounding here.
+    policy's (``contracts.moe.pad_moe``, ``reference.padding``), as for the vLLM subject. SGLang's
+    ``Mxfp4MoEMethod`` serves gpt-oss-style checkpoints; stacked ``[gate; up]`` checkpoints (Quark OCP-MX,
+    SGLang's ``QuarkW4A4MXFp4MoE``) are sized here by the same method's rounding, not by that scheme's own
+    (not adapted).
     """
 
     def sizes(self, backend: Mxfp4MoeBackend, weights: MoeWeights) -> tuple[int, int]:
-        runner, platform, switches = MXFP4_BACKENDS[backend]
-        with sglang_layer_context(runner, platform) as m, contextlib.ExitStack() as stack:
-            for name, value in switches.items():
-                stack.enter_context(mock.patch.object(m.mxfp4, name, value))
-            config = m.mxfp4.Mxfp4Config(is_checkpoint_mxfp4_serialized=True)
-            layer = m.FusedMoE(
-                num_experts=weights.w13.shape[0], hidden_size=weights.hidden_size,
-                intermediate_size=weights.intermediate_size, layer_id=0, top_k=1, quant_config=config,
-                prefix="model.layers.0.mlp.experts", activation="silu", with_bias=True,
-            )  # fmt: skip
-        method = layer.quant_method
-        if not isinstance(method, m.mxfp4.Mxfp4MoEMethod):
-            raise SglangSourceMismatch(f"Mxfp4Config gave FusedMoE a {type(method).__name__}, not Mxfp4MoEMethod")
-        if backend is Mxfp4MoeBackend.FLASHINFER_CUTLASS_SM90:
-            return method._padded_intermediate, method._padded_hidden
-        return layer.w13_weight.shape[1] // 2, 2 * layer.w13_weight.shape[2]
+        return mxfp4_fused_moe_sizes(backend, weights.hidden_size, weights.intermediate_size)
 
 
 # --- known upstream bugs -----------------------------------------------------------------------------
@@ -641,7 +627,7 @@ SGLANG_KNOWN_FAILURES: tuple[KnownFailure, ...] = (
         applies=_gated_rows_not_128,
         raises=AssertionError,
         match=r"The intermediate size required padding, but padding is also implemented for gated activations",
-        backend=MoeBackend.FLASHINFER_CUTLASS.value,
+        backend=Nvfp4MoeBackend.FLASHINFER_CUTLASS.value,
     ),
     *(
         KnownFailure(
@@ -654,7 +640,7 @@ SGLANG_KNOWN_FAILURES: tuple[KnownFailure, ...] = (
             applies=_hidden_not_128,
             raises=AssertionError,
             match=r"rejected FC2 scales with \d+ rows: input_tensor\.shape\[0\]=\d+ must be a multiple of 128",
-            backend=MoeBackend.FLASHINFER_TRTLLM.value,
+            backend=Nvfp4MoeBackend.FLASHINFER_TRTLLM.value,
             check=check,
         )
         for check in ("check_flashinfer_accepts", "check_prepare_round_trip")
@@ -669,7 +655,7 @@ SGLANG_KNOWN_FAILURES: tuple[KnownFailure, ...] = (
         applies=_hidden_128_not_256,
         raises=AssertionError,
         match=r"hidden size \d+ is not a multiple of 256 \(FlashInfer 0\.7\.4: 128 gives wrong results\)",
-        backend=MoeBackend.FLASHINFER_TRTLLM.value,
+        backend=Nvfp4MoeBackend.FLASHINFER_TRTLLM.value,
         check="check_flashinfer_accepts",
     ),
     *(

@@ -1,17 +1,9 @@
-"""Contract ``shared_expert``: where a MoE block's shared expert runs (Qwen3-Next family, vLLM §12).
+"""Subjects of the ``shared_expert`` contract (:mod:`contracts.shared_expert`; Qwen3-Next family, vLLM §12).
 
-A shared expert (intermediate size ``I``) is either fused into the routed experts (AITER fused
-shared experts, FSE: expert id ``num_experts`` of the fused MoE, sharded with the routed experts
-under the MoE padding rules), a tensor-parallel dense MLP (column-parallel ``gate_up_proj``,
-row-parallel ``down_proj`` of ``I/tp`` input features), a **replicated** dense MLP
-(``disable_tp=True``, run outside the fused MoE, output added after), or refused.
-
-Protocol (:class:`SharedExpertPolicy`): ``shared_expert_placement(setup) -> SharedExpertPlacement``
-or raise ``ValueError`` (refusal) with a message naming the size and the TP degree. It adapts vLLM
-as ``FSE resolved -> FUSED``, else ``_should_replicate_misaligned_shared_expert(I, tp, group,
+The built-in policy adapts vLLM as ``FSE resolved -> FUSED``, else ``_should_replicate_misaligned_shared_expert(I, tp, group,
 enable_ep, is_sp)``: True -> REPLICATED, False -> SHARDED.
 
-A policy object that also implements ``subjects.mxfp4_linear``'s protocol is tested as one unit:
+A policy object that also implements ``contracts.mxfp4_linear``'s protocol is tested as one unit:
 its own linear guard receives the dense shared expert's scale shapes; otherwise the built-in
 linear policy does.
 
@@ -21,51 +13,16 @@ order (``bad-fse-after-replicate``) and the whole pre-#55213 stack (``bad-pre-55
 
 from __future__ import annotations
 
-import enum
-from dataclasses import dataclass
-from typing import Protocol, runtime_checkable
-
-from subjects.mxfp4_linear import CONTRACT as LINEAR_CONTRACT
+from contracts.mxfp4_linear import CONTRACT as LINEAR_CONTRACT
+from contracts.shared_expert import (
+    CONTRACT,
+    SharedExpertPlacement,
+    SharedExpertPolicy,
+    SharedExpertRefused,
+    SharedExpertSetup,
+)
 from subjects.mxfp4_linear import NoAsmGuardLinear
 from subjects.registry import Subject, register_contract, register_subject
-
-CONTRACT = "shared_expert"
-
-
-class SharedExpertPlacement(enum.Enum):
-    ABSENT = "absent"  # no shared expert (I <= 0)
-    FUSED = "fused"  # AITER FSE: an extra expert of the fused MoE
-    SHARDED = "sharded"  # dense MLP, tensor-parallel
-    REPLICATED = "replicated"  # dense MLP, disable_tp=True
-
-
-class SharedExpertRefused(ValueError):
-    """The shared expert cannot be placed under this parallel configuration."""
-
-
-@dataclass(frozen=True)
-class SharedExpertSetup:
-    """The inputs of the decision.
-
-    ``group``: the OCP-MX group of ``shared_expert.down_proj`` (32 for Quark OCP-MX, None when
-    the layer is not Quark or is excluded from quantization). ``fse_enabled``: AITER's
-    fused-shared-experts switch; ``fse_quant_compatible``: ``is_shared_expert_quant_fse_compatible``.
-    """
-
-    intermediate: int
-    tp: int
-    group: int | None
-    expert_parallel: bool
-    sequence_parallel: bool
-    fse_enabled: bool
-    fse_quant_compatible: bool
-
-
-@runtime_checkable
-class SharedExpertPolicy(Protocol):
-    def shared_expert_placement(self, setup: SharedExpertSetup) -> SharedExpertPlacement:
-        """Where the shared expert runs; raise ``ValueError`` to refuse the configuration."""
-        ...
 
 
 def should_replicate_misaligned(setup: SharedExpertSetup) -> bool:

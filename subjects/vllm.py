@@ -39,19 +39,23 @@ import torch
 
 from adapters import aiter_triton
 from adapters.aiter import AiterUnavailable
+from backends import records
+from backends.mxfp4_linear import ASM_FORCE_TRITON_SCALE_ROWS, AiterLinearPath
+from backends.mxfp4_moe import CONTRACT as MXFP4_MOE
+from backends.mxfp4_moe import Mxfp4MoeBackend
+from backends.nvfp4_moe import CONTRACT as NVFP4_MOE
+from backends.nvfp4_moe import Nvfp4MoeBackend
+from contracts.errors import UnsupportedConfig
+from contracts.moe import AlignedMoe, MoeWeights
+from contracts.mxfp4_linear import CONTRACT as MXFP4_LINEAR
+from contracts.mxfp4_linear import PreparedMxfp4Linear
+from contracts.shared_expert import CONTRACT as SHARED_EXPERT
+from contracts.shared_expert import SharedExpertPlacement, SharedExpertRefused, SharedExpertSetup
 from reference.formats import MxScaleRounding
 from reference.layouts import aiter_shuffle_weight, swap_halves, unswizzle_128x4
 from reference.sizes import round_up
-from subjects.moe import AlignedMoe, MoeWeights, UnsupportedConfig
-from subjects.mxfp4_linear import ASM_FORCE_TRITON_SCALE_ROWS, AiterLinearPath, PreparedMxfp4Linear
-from subjects.mxfp4_linear import CONTRACT as MXFP4_LINEAR
-from subjects.mxfp4_moe import CONTRACT as MXFP4_MOE
-from subjects.mxfp4_moe import BuiltinMxfp4MoeAlignment, Mxfp4MoeBackend
-from subjects.nvfp4_moe import CONTRACT as NVFP4_MOE
-from subjects.nvfp4_moe import MoeBackend
+from subjects.mxfp4_moe import BuiltinMxfp4MoeAlignment
 from subjects.registry import KnownFailure, Subject, register_subject
-from subjects.shared_expert import CONTRACT as SHARED_EXPERT
-from subjects.shared_expert import SharedExpertPlacement, SharedExpertRefused, SharedExpertSetup
 
 
 class VllmUnavailable(RuntimeError):
@@ -131,6 +135,14 @@ def _fake_layer(v: types.SimpleNamespace, gated: bool, hidden: int, intermediate
     return types.SimpleNamespace(activation=act, moe_config=config)
 
 
+VLLM_NVFP4_BACKENDS = {
+    Nvfp4MoeBackend.FLASHINFER_TRTLLM: "FLASHINFER_TRTLLM",
+    Nvfp4MoeBackend.FLASHINFER_CUTLASS: "FLASHINFER_CUTLASS",
+}
+"""The suite's NVFP4 MoE backends as vLLM's ``NvFp4MoeBackend`` members (a backend without an entry
+raises ``KeyError``: the engine mapping is where a new backend is added)."""
+
+
 class VllmNvfp4MoeAlignment:
     """``prepare_nvfp4_moe_layer_for_fi_or_cutlass`` (vLLM) for FlashInfer TRT-LLM and CUTLASS.
 
@@ -143,7 +155,7 @@ class VllmNvfp4MoeAlignment:
       swizzled scales back with the reference inverse.
     """
 
-    def align_moe(self, backend: MoeBackend, weights: MoeWeights, gated: bool) -> AlignedMoe:
+    def align_moe(self, backend: Nvfp4MoeBackend, weights: MoeWeights, gated: bool) -> AlignedMoe:
         v = vllm_modules()
         e, h, i = weights.w13.shape[0], weights.hidden_size, weights.intermediate_size
         layer = _fake_layer(v, gated, h, i)
@@ -155,9 +167,11 @@ class VllmNvfp4MoeAlignment:
             layer, w13, w13_scale.view(torch.float8_e4m3fn), ones, ones, weights.w2.clone(),
             weights.w2_scale.view(torch.float8_e4m3fn).contiguous(), ones, ones,
         )  # fmt: skip
-        if backend is MoeBackend.FLASHINFER_TRTLLM:
-            return self._trtllm(v, layer, args, gated)
-        return self._cutlass(v, args, gated, h)
+        branches = {
+            "FLASHINFER_TRTLLM": lambda: self._trtllm(v, layer, args, gated),
+            "FLASHINFER_CUTLASS": lambda: self._cutlass(v, args, gated, h),
+        }
+        return branches[VLLM_NVFP4_BACKENDS[backend]]()
 
     @staticmethod
     def _trtllm(v: types.SimpleNamespace, layer: types.SimpleNamespace, args: tuple, gated: bool) -> AlignedMoe:
@@ -208,13 +222,12 @@ class VllmNvfp4MoeAlignment:
 ASM_FLAG = "rocm_use_aiter_fp4_asm_gemm"
 """The parameter of vLLM's ``gemm_with_dynamic_quant`` that selects the ASM branch."""
 
-QUANTIZER_ROUNDING = {
-    "per_1x32_f4_quant_hip": MxScaleRounding.RCEIL,
-    "dynamic_mxfp4_quant": MxScaleRounding.EVEN,
+QUANTIZER_ROUNDING: dict[str, MxScaleRounding] = {
+    r.activation_quantizer: r.activation_rounding for r in records(MXFP4_LINEAR)
 }
-"""AITER's MXFP4 activation quantizers and their scale rounding (``formats.md`` §7): the HIP quantizer
-rounds up (RoundUp = RCEIL) since AITER PR #3212, the Triton one hard-codes Even. This table is the
-suite's knowledge of AITER; which quantizer each path calls is read from vLLM's source."""
+"""AITER's MXFP4 activation quantizers and their scale rounding, from the backend records
+(:mod:`backends.mxfp4_linear`): the suite's knowledge of AITER. Which quantizer each path calls is
+read from vLLM's source."""
 
 _TUNED = types.SimpleNamespace(
     is_asm_fp4_gemm_tuned=lambda n, k_bytes: True,
@@ -499,7 +512,7 @@ class VllmMxfp4MoeAlignment(BuiltinMxfp4MoeAlignment):
     (:func:`_rocm_platform`), called without ``activation`` as Quark's ``maybe_roundup_sizes`` does.
 
     Only the sizes are vLLM's: the zero padding per gate/up half and the FC1 row order are the built-in
-    policy's (``subjects.moe.pad_moe``, ``reference.padding``), since vLLM places weights in the padded
+    policy's (``contracts.moe.pad_moe``, ``reference.padding``), since vLLM places weights in the padded
     buffers through its weight loader, which needs a whole model.
     """
 
@@ -557,7 +570,7 @@ VLLM_KNOWN_FAILURES: tuple[KnownFailure, ...] = (
         raises=AssertionError,
         match=r"policy refused a shape real models produce .*vLLM FLASHINFER_CUTLASS: .*Intermediate size padding "
         r"for w1 and w3",
-        backend=MoeBackend.FLASHINFER_CUTLASS.value,
+        backend=Nvfp4MoeBackend.FLASHINFER_CUTLASS.value,
     ),
     KnownFailure(
         MXFP4_LINEAR,

@@ -1,5 +1,5 @@
 """Self-tests of the fused FC1 row layouts (``reference.layouts.Fc1Layout``, ``layouts.md`` §13) and of
-their use in ``subjects.moe`` padding.
+their use in ``contracts.moe`` padding.
 
 Rows are labelled ``gate j -> 100 + j``, ``up j -> 200 + j`` so every layout can be read off.
 Cross-checks: vLLM's ``swap_every_two_rows`` (``x.reshape(..., n/2, 2).flip``), its CUTLASS
@@ -13,9 +13,11 @@ from __future__ import annotations
 import pytest
 import torch
 
+from contracts.errors import LibraryUnavailable
+from contracts.moe import MoeWeights, pad_moe
 from reference.errors import ShapeContractError
 from reference.layouts import Fc1Layout, join_fc1, relayout_fc1, split_fc1
-from subjects.moe import MoeWeights, pad_fused_block_at_end, pad_moe
+from subjects.moe_bugs import pad_fused_block_at_end
 
 HALF = 4
 GATE, UP = torch.arange(100, 100 + HALF), torch.arange(200, 200 + HALF)
@@ -61,7 +63,7 @@ def test_trtllm_layout_is_flashinfers_gated_reorder() -> None:
 
     try:
         perm = fi.gated_reorder(2 * HALF)
-    except fi.LibraryUnavailable as exc:
+    except LibraryUnavailable as exc:
         pytest.skip(str(exc))
     up_gate = torch.tensor(ROWS[Fc1Layout.UP_GATE])
     assert up_gate[perm].tolist() == ROWS[Fc1Layout.UP_GATE_INTERLEAVED]

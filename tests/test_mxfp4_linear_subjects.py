@@ -14,8 +14,14 @@ import json
 import pytest
 from hypothesis import given
 
-from conformance.test_mxfp4_linear import REGRESSIONS, VLLM_GUARD_TABLE, asm_supported
-from conformance.test_shared_expert import REFUSED, VLLM_DECISION_TABLE, expected_placement
+from backends.mxfp4_linear import VLLM_GUARD_TABLE, AiterLinearPath
+from backends.mxfp4_linear import asm_gemm_eligible as asm_supported
+from conformance.regressions import MXFP4_LINEAR_REGRESSIONS as REGRESSIONS
+from conformance.shared_expert_oracle import REFUSED, VLLM_DECISION_TABLE, expected_placement
+from contracts.mxfp4_linear import CONTRACT as LINEAR
+from contracts.mxfp4_linear import Mxfp4LinearKernelSelection
+from contracts.shared_expert import CONTRACT as SHARED
+from contracts.shared_expert import SharedExpertPlacement, SharedExpertPolicy
 from strategies.linear import (
     ActivationBlocks,
     Mxfp4LinearShape,
@@ -28,11 +34,9 @@ from strategies.linear import (
     scale_shapes,
 )
 from strategies.shared_expert import SharedExpertCase, dense_layer_shapes, shared_expert_cases
-from subjects.mxfp4_linear import CONTRACT as LINEAR
-from subjects.mxfp4_linear import AiterLinearPath, BuiltinMxfp4Linear, Mxfp4LinearKernelSelection
+from subjects.mxfp4_linear import BuiltinMxfp4Linear
 from subjects.registry import backends, builtin, contracts, known_bad, resolve
-from subjects.shared_expert import CONTRACT as SHARED
-from subjects.shared_expert import BuiltinSharedExpert, SharedExpertPlacement, SharedExpertPolicy
+from subjects.shared_expert import BuiltinSharedExpert
 
 KNOWN_BAD = {
     "bad-no-asm-guard": {LINEAR},

@@ -46,14 +46,6 @@ def run_pytest(*args: str, tmp_path: Path, env: dict[str, str] | None = None) ->
 # --- worker -> device mapping --------------------------------------------------------------
 
 
-@pytest.mark.parametrize(
-    ("gpus", "cpus", "want"),
-    [pytest.param(0, 2, 2, id="cpu-host"), pytest.param(2, 32, 2, id="2-gpus"), pytest.param(8, 128, 8, id="8-gpus")],
-)
-def test_auto_workers_one_per_gpu(gpus: int, cpus: int, want: int) -> None:
-    assert devices.auto_workers(gpus, cpus) == want
-
-
 def test_workers_map_to_distinct_devices() -> None:
     visible = devices.visible_devices({}, 2)
     assert [devices.device_for_worker(f"gw{i}", visible) for i in range(4)] == ["0", "1", "0", "1"]

@@ -7,11 +7,12 @@ from dataclasses import replace
 import pytest
 from hypothesis import Phase, example, given, settings
 
+from backends.nvfp4_moe import Nvfp4MoeBackend
 from conformance.test_nvfp4_moe import check_flashinfer_accepts, check_padding_invariance
+from contracts.moe import AlignedMoe
 from harness.runner import active, reported_reproduction, run_check
 from strategies.moe import moe_shapes, pinned_shape
-from subjects.moe import AlignedMoe
-from subjects.nvfp4_moe import BuiltinNvfp4MoeAlignment, GatedPad16Alignment, MoeBackend
+from subjects.nvfp4_moe import BuiltinNvfp4MoeAlignment, GatedPad16Alignment
 
 GEMMA_TP4 = pinned_shape("gemma-4-26b-a4b", 4)  # I = 176: both pins fail under the pad-16 policy
 GLM_AIR_TP8 = pinned_shape("glm-4.5-air", 8)
@@ -28,7 +29,7 @@ def test_reported_reproduction_is_the_example_hypothesis_reports() -> None:
     @example(shape=GEMMA_TP4)
     def prop(shape):
         ran.append(shape)
-        run_check(check_flashinfer_accepts, shape, MoeBackend.FLASHINFER_TRTLLM, GatedPad16Alignment())
+        run_check(check_flashinfer_accepts, shape, Nvfp4MoeBackend.FLASHINFER_TRTLLM, GatedPad16Alignment())
 
     with pytest.raises(BaseException) as info:
         prop()
@@ -42,7 +43,7 @@ def test_reported_reproduction_is_the_example_hypothesis_reports() -> None:
 class NanScalePadding(BuiltinNvfp4MoeAlignment):
     """Pads correctly, then writes the E4M3 NaN byte 0x7F into FC1's padded scale rows."""
 
-    def align_moe(self, backend: MoeBackend, weights, gated: bool) -> AlignedMoe:
+    def align_moe(self, backend: Nvfp4MoeBackend, weights, gated: bool) -> AlignedMoe:
         aligned = super().align_moe(backend, weights, gated)
         i, ip = weights.intermediate_size, aligned.intermediate_size
         scale = aligned.weights.w13_scale.clone()
@@ -54,4 +55,4 @@ class NanScalePadding(BuiltinNvfp4MoeAlignment):
 def test_nan_in_padding_fails_as_changed_output() -> None:
     """NaN reaching the reference's re-quantization reads as the property's own failure."""
     with pytest.raises(AssertionError, match=r"^padding changed the MoE output \(I 176 -> 192.*\): NaN"):
-        check_padding_invariance(GEMMA_TP4, MoeBackend.FLASHINFER_TRTLLM, NanScalePadding())
+        check_padding_invariance(GEMMA_TP4, Nvfp4MoeBackend.FLASHINFER_TRTLLM, NanScalePadding())

@@ -18,16 +18,18 @@ import sys
 import pytest
 import torch
 
+from backends.mxfp4_linear import ASM_FORCE_TRITON_SCALE_ROWS, VLLM_GUARD_TABLE, AiterLinearPath
+from backends.mxfp4_moe import Mxfp4MoeBackend
+from backends.nvfp4_moe import Nvfp4MoeBackend
 from conformance import test_mxfp4_linear, test_mxfp4_moe, test_nvfp4_moe, test_shared_expert
+from contracts.errors import UnsupportedConfig
+from contracts.moe import MoeWeights
+from contracts.shared_expert import SharedExpertPlacement, SharedExpertRefused, SharedExpertSetup
 from reference.formats import MxScaleRounding
 from reference.layouts import aiter_shuffle_weight, vllm_asm_scale_swizzle
+from strategies.shared_expert import shared_expert_case
 from subjects import vllm as sv
-from subjects.moe import MoeWeights, UnsupportedConfig
-from subjects.mxfp4_linear import AiterLinearPath
-from subjects.mxfp4_moe import Mxfp4MoeBackend
-from subjects.nvfp4_moe import MoeBackend
 from subjects.registry import backends, contracts, resolve
-from subjects.shared_expert import SharedExpertPlacement, SharedExpertRefused, SharedExpertSetup
 
 pytestmark = pytest.mark.vllm
 
@@ -58,14 +60,7 @@ def test_known_failures_name_real_checks_and_backends() -> None:
 
 @pytest.mark.parametrize(
     ("shape", "want"),
-    [
-        ((2560, 80), True),
-        ((32, 8), True),
-        ((2560, 20), False),
-        ((30, 8), False),
-        ((2560,), False),
-        ((80, 2, 16), False),
-    ],
+    [(shape, want) for shape, want in VLLM_GUARD_TABLE if shape[0] not in ASM_FORCE_TRITON_SCALE_ROWS],
 )
 def test_guard_is_vllms(shape: tuple[int, ...], want: bool) -> None:
     assert POLICY.use_asm_gemm(shape) is want
@@ -149,7 +144,7 @@ def __init__(self):
     problem = sv.call_order_problem(reversed_init)
     assert problem is not None and "pre-#55213" in problem
     monkeypatch.setattr(sv, "fse_order_problem", lambda: problem)
-    case = test_shared_expert.shared_expert_case("qwen3.8-flash-next", 8, ep=True, fse=True)
+    case = shared_expert_case("qwen3.8-flash-next", 8, ep=True, fse=True)
     with pytest.raises(sv.VllmSourceMismatch):  # not a ValueError: the properties must not read it as a refusal
         test_shared_expert.check_fusion_resolved_first(case, None, POLICY)
 
@@ -222,7 +217,7 @@ def test_nvfp4_cutlass_reports_the_kernel_visible_size(monkeypatch: pytest.Monke
     original = sv._fake_layer
     monkeypatch.setattr(sv, "_fake_layer", lambda *a: layers.append(original(*a)) or layers[-1])
     aligned = sv.VllmNvfp4MoeAlignment().align_moe(
-        MoeBackend.FLASHINFER_CUTLASS, _nvfp4_weights(176, 256, False), False
+        Nvfp4MoeBackend.FLASHINFER_CUTLASS, _nvfp4_weights(176, 256, False), False
     )
     assert aligned.intermediate_size == 256 and aligned.weights.w2.shape[2] == 128
     assert layers[0].moe_config.intermediate_size_per_partition == 176
@@ -230,4 +225,4 @@ def test_nvfp4_cutlass_reports_the_kernel_visible_size(monkeypatch: pytest.Monke
 
 def test_nvfp4_cutlass_gated_refusal() -> None:
     with pytest.raises(UnsupportedConfig, match="FLASHINFER_CUTLASS"):
-        sv.VllmNvfp4MoeAlignment().align_moe(MoeBackend.FLASHINFER_CUTLASS, _nvfp4_weights(176, 256, True), True)
+        sv.VllmNvfp4MoeAlignment().align_moe(Nvfp4MoeBackend.FLASHINFER_CUTLASS, _nvfp4_weights(176, 256, True), True)

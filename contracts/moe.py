@@ -1,12 +1,15 @@
-"""Shared machinery of the MoE alignment contracts (``nvfp4_moe`` and ``mxfp4_moe``).
+"""Vocabulary of the MoE alignment contracts (``nvfp4_moe`` and ``mxfp4_moe``): weights, result, protocol.
 
 Protocol: a policy has ``align_moe(backend, weights, gated) -> AlignedMoe``. It gets one rank's
 expert weights, FC1 rows in the layout ``weights.fc1_layout`` names (``nvfp4_moe``: FlashInfer's
 stacked ``[up; gate]``; ``mxfp4_moe``: the checkpoint's, stacked ``[gate; up]`` or gpt-oss's
 row-interleaved pairs), and returns zero-padded weights plus the sizes handed to the kernel.
-It may raise :class:`UnsupportedConfig` to refuse a configuration; the properties treat a refusal
+It may raise :class:`contracts.errors.UnsupportedConfig` to refuse a configuration; the properties treat a refusal
 of a shape real models produce as a failure. The backend (an enum of the contract) says which
-format and kernel library the weights are for.
+format and kernel library the weights are for (its record: :mod:`backends`).
+
+:func:`pad_moe` and :func:`relayout_moe` are the contract's layout operations on
+:class:`MoeWeights` (zero padding per gate/up half, FC1 row order), built on :mod:`reference`.
 """
 
 from __future__ import annotations
@@ -20,9 +23,10 @@ import torch
 from reference.layouts import Fc1Layout, relayout_fc1
 from reference.padding import pad_dim, pad_fused_rows
 
-
-class UnsupportedConfig(Exception):
-    """A policy refuses a configuration (for example vLLM's NotImplementedError for gated CUTLASS)."""
+NVFP4_MOE = "nvfp4_moe"
+"""Contract name: NVFP4 experts (``block = 16``), FC1 rows in FlashInfer's ``[up; gate]``."""
+MXFP4_MOE = "mxfp4_moe"
+"""Contract name: MXFP4 experts (``block = 32``), FC1 rows in the checkpoint's layout."""
 
 
 @dataclass(frozen=True)
@@ -93,27 +97,6 @@ def pad_moe(weights: MoeWeights, gated: bool, padded_intermediate: int, padded_h
         w2_bias=None if weights.w2_bias is None else pad_dim(weights.w2_bias, -1, hp),
     )
     return AlignedMoe(w, ip, hp)
-
-
-def pad_fused_block_at_end(
-    weights: MoeWeights, gated: bool, padded_intermediate: int, padded_hidden: int
-) -> AlignedMoe:
-    """The historical bug (vLLM #55649): FC1's fused block padded at its end, not per half
-    (for a stacked layout this shifts the pairing by ``Ip - I``); ``w13_bias`` likewise."""
-    f, block = 2 if gated else 1, weights.block
-    aligned = pad_moe(weights, gated, padded_intermediate, padded_hidden).weights
-    rows = f * padded_intermediate
-    w = MoeWeights(
-        w13=pad_dim(pad_dim(weights.w13, -2, rows), -1, padded_hidden // 2),
-        w13_scale=pad_dim(pad_dim(weights.w13_scale, -2, rows), -1, padded_hidden // block),
-        w2=aligned.w2,
-        w2_scale=aligned.w2_scale,
-        block=block,
-        fc1_layout=weights.fc1_layout,
-        w13_bias=None if weights.w13_bias is None else pad_dim(weights.w13_bias, -1, rows),
-        w2_bias=aligned.w2_bias,
-    )
-    return AlignedMoe(w, padded_intermediate, padded_hidden)
 
 
 def relayout_moe(weights: MoeWeights, layout: Fc1Layout) -> MoeWeights:

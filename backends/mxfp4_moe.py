@@ -1,0 +1,204 @@
+"""The ``mxfp4_moe`` backends: how each kernel reads FC1 rows, which padded sizes it accepts, how it runs.
+
+Written from the libraries, never from the policies under test: FlashInfer's own helpers decide
+for its two backends (:mod:`adapters.flashinfer_mxfp4`), the reference AITER layouts and AITER's
+issues for AITER, vLLM's Marlin MoE support check for Marlin. The built-in policy rounds ``(I, H)``
+to each record's multiples and converts FC1 rows to its ``fc1_layout`` (vLLM's
+``mxfp4_round_up_hidden_size_and_intermediate_size`` plus the reorder part of
+``convert_to_mxfp4_moe_kernel_format``).
+"""
+
+from __future__ import annotations
+
+import enum
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from typing import Any, ClassVar
+
+from adapters import aiter_moe
+from adapters import flashinfer_mxfp4 as fim
+from adapters import flashinfer_sm90_moe as sm90
+from backends import BackendRecord, register
+from contracts.moe import MXFP4_MOE
+from reference.formats import MXFP4_BLOCK
+from reference.layouts import Fc1Layout
+from reference.sizes import round_up
+
+CONTRACT = MXFP4_MOE
+
+
+class Mxfp4MoeBackend(enum.Enum):
+    """MoE kernels consuming MXFP4 expert weights."""
+
+    FLASHINFER_TRTLLM = "flashinfer-trtllm-mxfp4"  # trtllm_fp4_block_scale_moe, x BF16 / MXFP8 (SM100)
+    FLASHINFER_CUTLASS_SM90 = "flashinfer-cutlass-sm90"  # cutlass_fused_moe W4A16, use_w4_group_scaling (SM90)
+    AITER = "aiter-ck"  # aiter.fused_moe, QuantType.per_1x32 (gfx950)
+    MARLIN = "marlin"  # vLLM fused_marlin_moe
+
+
+def aiter_violations(intermediate: int, hidden: int, experts: int) -> list[str]:
+    """Why AITER's per_1x32 MoE (as vLLM's Quark OCP-MX path prepares it) rejects ``(I, H)`` for ``E`` experts.
+
+    ``shuffle_weight`` (16, 16) needs ``N % 16`` and ``K % 64``; ``e8m0_shuffle`` pads the scale
+    viewed as ``[E·N, K/32]`` to ``(ru(E·N, 256), ru(K/32, 8))`` and vLLM views it back as
+    ``[E, N, -1]``, which holds only without padding; CK-Tile stage 2 mis-indexes scales unless
+    ``I % 256`` (AITER #5233); the gfx950 stage-1 MXFP4 kernels are built with ``tile_k = 256``
+    only (vLLM PR #55104), so ``H % 256``.
+    """
+    problems: list[str] = []
+    for label, n, k in (("FC1", 2 * intermediate, hidden), ("FC2", hidden, intermediate)):
+        if n % 16 or k % 64:
+            problems.append(f"{label} weights [{n}, {k // 2}] bytes: shuffle_weight needs N % 16 and K % 64")
+        rows, cols = experts * n, k // MXFP4_BLOCK
+        padded = (round_up(rows, 256), round_up(cols, 8))
+        if padded != (rows, cols):
+            problems.append(
+                f"{label} scales [{experts}·{n}, {cols}]: e8m0_shuffle pads to {padded}, so vLLM's "
+                f".view({experts}, {n}, -1) does not give back [{experts}, {n}, {cols}]"
+            )
+    if intermediate % 256:
+        problems.append(f"inter_dim {intermediate} % 256 != 0: CK-Tile stage 2 mis-indexes E8M0 scales (AITER #5233)")
+    if hidden % 256:
+        problems.append(f"hidden size {hidden} % 256 != 0: gfx950 stage-1 MXFP4 kernels use tile_k = 256")
+    return problems
+
+
+def marlin_violations(intermediate: int, hidden: int) -> list[str]:
+    """vLLM ``check_moe_marlin_supports_layer``: "moe marlin requires n % 128 == 0 and k % 64 == 0"
+    for gate-up ``(n, k) = (2I, H)`` and down ``(H, I)``, i.e. ``H % 128`` and ``I % max(64, 32)``."""
+    problems: list[str] = []
+    if hidden % 128:
+        problems.append(f"hidden size {hidden} is not a multiple of 128 (Marlin MoE down-projection n)")
+    if intermediate % 64:
+        problems.append(f"intermediate size {intermediate} is not a multiple of 64 (Marlin MoE per-shard tile)")
+    return problems
+
+
+# --- kernel tolerances (each with its error argument) ------------------------------------------
+
+BF16_REL_L2 = 1e-2
+"""trtllm-gen MXFP4 x BF16 vs the reference fed the same bf16 activations and bf16-rounded
+intermediate: what remains is fp32 accumulation order (~K·2^-24 relative), rare one-ulp flips of
+the bf16 intermediate (2^-8) and the bf16 output (2^-9 relative per element, so <= 2e-3 in
+relative L2). 1e-2 keeps a 5x margin; a gate/up mispairing or a misplaced scale gives ~1."""
+MXFP8_REL_L2 = 1e-1
+"""With MXFP8 activations the reference gets the kernel's own MXFP8 input but keeps the
+intermediate in fp32 while the kernel re-quantizes it to MXFP8: E4M3 rounding is at most 2^-4
+relative per element, RMS 2^-4/sqrt(3) ~ 0.036, so the relative L2 error is ~0.04; 0.1 is ~3
+sigma and still an order of magnitude below a mispairing (~1)."""
+AITER_LOGITS_DIFF = 3e-2
+"""AITER's own metric (``test_moe_2stage.py``: ``1 - 2·Σxy / Σ(x²+y²)``, strict threshold 1e-2).
+The reference quantizes the activations with AITER's HIP quantizer and the intermediate with
+MXFP4 RCEIL (AITER's default RoundUp); if the kernel keeps the intermediate in bf16 instead
+(CK-Tile a16w4 stage 2), the extra E2M1 rounding (relative RMS <= ~0.15) adds <= 0.15²/2 ~ 1.1e-2.
+3e-2 covers that; a mispairing or AITER #5233's scale mis-indexing gives 0.1 to 1."""
+SM90_TOLERANCE = 6.0
+"""Largest allowed ``|kernel - reference| / (2^-8 · M)``, ``M`` = :func:`reference.moe.moe_magnitude`.
+
+Argument (first order in ``u = 2^-8``, bf16's unit roundoff; fp32 accumulation, ``K·2^-24 <= 2^-14``
+relative, is negligible). The reference is exact in the kernel's inputs: ``x`` is rounded to bf16
+before both run, E2M1 codes times UE8M0 scales (bytes 118..122, and byte 0 on zero padding) are
+exact in bf16 and fp32, and the routing weights are passed in fp32. The kernel then rounds to bf16
+(i) the GEMM1 outputs ``gate``, ``up`` and (ii) the activation output fed to GEMM2 (each relative
+``<= u``), (iii) each expert's GEMM2 output and (iv) the final top-k sum. With
+``G >= |gate|``, ``U >= |up|`` and ``|d act / d gate| <= 1.1·(|up| + beta)`` (``z·sigmoid(z)`` has
+slope at most 1.1; clamps are 1-Lipschitz), (i)+(ii) move an activation by at most
+``(1.1 + 1 + 1)·u·G·(U + beta)``, hence ``out`` by ``3.1·u·M``; (iii) and (iv) add ``u·M`` each
+(``|y_e|``, ``|out| <= M``). Total ``5.1·u·M``; 6 leaves room for second-order terms. FlashInfer's
+own ``test_moe_bf16_mxfp4`` allows ``rtol = atol = 0.1`` at I = H = 128, far looser. Kernel outputs
+on padded and unpadded weights each obey the bound, so they differ by at most ``2·SM90_TOLERANCE``.
+"""
+
+
+@dataclass(frozen=True, kw_only=True)
+class Mxfp4MoeRecord(BackendRecord):
+    """An MXFP4 MoE backend (gated SwiGLU experts only).
+
+    ``fc1_layout``: how the kernel splits the fused FC1 rows into gate and up.
+    ``intermediate_multiple`` / ``hidden_multiple``: what the built-in policy rounds ``(I, H)`` to.
+    ``violations(Ip, Hp, E)``: why the backend rejects experts padded to ``(Ip, Hp)`` (empty: accepted).
+    ``prepare``: the library's weight preparation after the policy (``None`` where none is modelled).
+    ``kernel``: the runner of the real kernel (``None``: no kernel property); ``tolerances``: its bounds,
+    by the metric the kernel property computes.
+    """
+
+    fc1_layout: Fc1Layout
+    intermediate_multiple: int
+    hidden_multiple: int
+    violations: Callable[[int, int, int], list[str]]
+    prepare: Callable[..., Any] | None = None
+    kernel: Callable[..., Any] | None = None
+    tolerances: Mapping[str, float] = field(default_factory=dict)
+
+    OPTIONAL: ClassVar[frozenset[str]] = BackendRecord.OPTIONAL | {"prepare", "kernel", "tolerances"}
+
+
+RECORDS = (
+    Mxfp4MoeRecord(
+        member=Mxfp4MoeBackend.FLASHINFER_TRTLLM,
+        contract=CONTRACT,
+        entry_point="flashinfer.trtllm_fp4_block_scale_routed_moe",
+        requires=("flashinfer",),
+        kernel_requires=("sm100", "flashinfer"),
+        sources=(
+            "flashinfer-python 0.7.4 flashinfer/fused_moe/core.py (get_w2_permute_indices_with_cache)",
+            "https://github.com/sgl-project/sglang/pull/16824",
+        ),
+        # [up; gate] after FlashInfer's gated reorder: pairs (u_j, g_j); its prep then only row-shuffles.
+        # trtllm-gen's 128-row FC1 tiles, hidden 256 for MXFP8 activations.
+        fc1_layout=Fc1Layout.UP_GATE_INTERLEAVED,
+        intermediate_multiple=fim.TRTLLM_INTERMEDIATE_MULTIPLE,
+        hidden_multiple=fim.MXFP8_HIDDEN_MULTIPLE,
+        violations=lambda i, h, e: fim.trtllm_mxfp4_violations(i, h),
+        prepare=fim.trtllm_mxfp4_weights,
+        kernel=fim.trtllm_mxfp4_moe,
+        tolerances={"bf16 relative L2": BF16_REL_L2, "mxfp8 relative L2": MXFP8_REL_L2},
+    ),
+    Mxfp4MoeRecord(
+        member=Mxfp4MoeBackend.FLASHINFER_CUTLASS_SM90,
+        contract=CONTRACT,
+        entry_point="flashinfer.fused_moe.cutlass_fused_moe (W4A16, use_w4_group_scaling)",
+        requires=("flashinfer",),
+        kernel_requires=("sm90", "flashinfer"),
+        sources=(
+            "flashinfer-python 0.7.4 flashinfer/fused_moe/prepare.py (interleave_moe_scales_for_sm90_mixed_gemm)",
+            "https://github.com/sgl-project/sglang/issues/26250",
+        ),
+        # cutlass_fused_moe's w31 = [up; gate]: activation on the second half; K % 128 for the scale fold
+        fc1_layout=Fc1Layout.UP_GATE,
+        intermediate_multiple=sm90.SM90_ALIGNMENT,
+        hidden_multiple=sm90.SM90_ALIGNMENT,
+        violations=lambda i, h, e: fim.sm90_violations(i, h),
+        kernel=sm90.w4a16_moe,
+        tolerances={"error / (2^-8 · magnitude)": SM90_TOLERANCE},
+    ),
+    Mxfp4MoeRecord(
+        member=Mxfp4MoeBackend.AITER,
+        contract=CONTRACT,
+        entry_point="aiter.fused_moe (QuantType.per_1x32, a4w4)",
+        kernel_requires=("gfx950", "aiter"),
+        sources=("https://github.com/ROCm/aiter/issues/5233", "https://github.com/vllm-project/vllm/pull/55104"),
+        # aiter.fused_moe, GateMode.SEPARATED: activation on the first half; vLLM's ROCm rounding (256)
+        fc1_layout=Fc1Layout.GATE_UP,
+        intermediate_multiple=256,
+        hidden_multiple=256,
+        violations=aiter_violations,
+        kernel=aiter_moe.fused_moe_a4w4,
+        tolerances={"logits diff": AITER_LOGITS_DIFF},
+    ),
+    Mxfp4MoeRecord(
+        member=Mxfp4MoeBackend.MARLIN,
+        contract=CONTRACT,
+        entry_point="vllm fused_marlin_moe",
+        sources=("https://github.com/vllm-project/vllm/pull/56697",),
+        # fused_marlin_moe + silu_and_mul: gate = first half, each shard padded to its 64-row tile. vLLM's
+        # gpt-oss Marlin path instead keeps the checkpoint's pairs for swigluoai_and_mul (x[..., ::2] is
+        # gate); the contract models the SiLU path (DeepSeek-V4.1-Flash, vLLM PR #56697) for every activation.
+        # ru(I, lcm(64, 32)) per shard, hidden % 128 (check_moe_marlin_supports_layer).
+        fc1_layout=Fc1Layout.GATE_UP,
+        intermediate_multiple=64,
+        hidden_multiple=128,
+        violations=lambda i, h, e: marlin_violations(i, h),
+    ),
+)
+register(*RECORDS)

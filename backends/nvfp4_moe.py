@@ -1,0 +1,170 @@
+"""The ``nvfp4_moe`` backends: FlashInfer's two NVFP4 MoE kernels, one record each.
+
+FC1 rows arrive in FlashInfer's ``[up; gate]`` (vLLM swaps ``[w1; w3]`` before aligning) and both
+kernels read them so. The built-in policy pads each half of a gated layer's intermediate to a
+multiple of 64 and a non-gated one to 128: trtllm-gen's FC1 scale rows ``F·Ip`` must be a multiple of
+128 (scale row shuffle) and ``Ip/16`` a multiple of 4 (the swizzled scale is viewed back as
+``[rows, Ip/16]``); CUTLASS's 128x4 swizzle must add no FC1 rows, which gives the same ``Ip``. The
+hidden size goes to 256 for trtllm-gen (FlashInfer 0.7.4: NVFP4 hidden must be a multiple of 256) and
+to 16 for CUTLASS (TMA alignment of FP4 activations; FlashInfer's own tests run H = 160 and 288; its
+``prepare_cutlass_nvfp4_weights`` helper asks ``H % 64``, but vLLM does not use that helper).
+"""
+
+from __future__ import annotations
+
+import enum
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any, ClassVar
+
+import torch
+
+from adapters import flashinfer as fi
+from adapters import flashinfer_moe_kernels as kernels
+from backends import BackendRecord, register
+from contracts.moe import NVFP4_MOE
+from reference.layouts import Fc1Layout
+from reference.moe import ActivationKind
+
+CONTRACT = NVFP4_MOE
+
+
+class Nvfp4MoeBackend(enum.Enum):
+    """FlashInfer MoE backends consuming NVFP4 weights."""
+
+    FLASHINFER_TRTLLM = "flashinfer-trtllm"  # trtllm_fp4_block_scale_moe (SM100)
+    FLASHINFER_CUTLASS = "flashinfer-cutlass"  # cutlass_fused_moe NVFP4 (SM100+)
+
+
+@dataclass(frozen=True)
+class Fp4OutputBound:
+    """Kernel vs reference, per output element: ``|d| <= atol_fraction·‖ref‖∞ + rtol·|ref|`` for all but
+    a ``max_outliers`` fraction of elements, and ``|d| <= gross·‖ref‖∞`` for every element.
+
+    Tolerance (|kernel - reference| per output element, ref = reference output [T, H]):
+
+    * inputs and weights are exact: activations sit on the NVFP4 grid (re-quantizing them is the
+      identity, checked below), the weights are the very bytes the kernel reads, and the routing
+      logits are separated so the kernel's top-k (which may compare bf16 scores) picks the
+      reference's experts;
+    * the reference rounds the activated intermediate to bf16 and NVFP4-quantizes it with the
+      kernel's global scale, as FlashInfer's own references do, so the re-quantization itself is
+      shared. What differs is its input: fp32 accumulation order, CUTLASS's bf16 GEMM1 output,
+      fast-math activations (trtllm-gen's GeGLU phi may be erf where Gemma uses tanh, |diff| < 1e-3)
+      and the kernel's approximate reciprocal ``rcp(sf · rcp(gs))``. These move an element by
+      ~2^-8 relative, which changes its E2M1 code only next to a rounding midpoint (half a step,
+      <= sf/gs) and a block's E4M3 scale only next to an E4M3 midpoint (2^-4 relative). Such a flip
+      moves one intermediate element by at most one E2M1 step times its block scale (<= 1/3 of the
+      block amax), i.e. one FC2 output row by that step times W2's column: isolated in count, not
+      in size;
+    * bf16 output and bf16 routing weights add 2^-8 relative each; fp32 FC2 accumulation ~1e-6.
+
+    So the bound is norm-relative, as in FlashInfer's unified MoE fuzzer (``atol_frac`` 0.15 and
+    rtol 0.1 for NVFP4, "calibrated: obs ratio <= 0.077" on B200, 75 %-sparse snapped inputs):
+    ``|d| <= 0.15·‖ref‖∞ + 0.1·|ref|``. Because a flip lands on whole rows and our weights are dense
+    with block scales spanning 2^8, a small fraction of elements may exceed it (MAX_OUTLIERS; below
+    100 elements that is none); no element may exceed GROSS·‖ref‖∞. A CPU emulation of both
+    kernels' documented arithmetic (bf16 GEMM1 output and intermediate, bf16 routing weights and
+    output, erf GeGLU) on ~150 drawn shapes stayed at <= 0.093·‖ref‖∞ with no element over the
+    bound, while end-padded FC1 (vLLM #55649) gave 0.86-1.44·‖ref‖∞ and 20-33 % of elements over it.
+    The worst ratio is fed to ``hypothesis.target`` so generation hunts for the edge.
+    """
+
+    atol_fraction: float
+    rtol: float
+    max_outliers: float
+    gross: float
+
+
+FLASHINFER_FP4_BOUND = Fp4OutputBound(atol_fraction=0.15, rtol=0.1, max_outliers=0.01, gross=0.5)
+
+
+@dataclass(frozen=True, kw_only=True)
+class Nvfp4MoeRecord(BackendRecord):
+    """An NVFP4 MoE backend.
+
+    ``fc1_layout``: how the kernel reads fused FC1 rows. ``intermediate_multiple`` (gated; per half)
+    and ``intermediate_multiple_non_gated``, ``hidden_multiple``: what the built-in policy rounds to.
+    ``violations(Ip, Hp, gated)``: why the backend rejects padded sizes (empty: accepted).
+    ``prepare(aligned, gated)``: the library's weight preparation the suite can undo (``None``: the
+    kernel reads the padded tensors as they are). ``kernel(aligned, x, logits, top_k, activation,
+    scales, **valid_sizes)``: the kernel runner, output ``[T, Hp]``; ``kernel_activations``: the
+    activations it runs (the adapter's table); ``tolerance``: its bound.
+    ``padding_reference``: FlashInfer's ``pad_trtllm_moe_weights`` hidden alignment the kernel is
+    compared with where the unpadded layer cannot run, and ``declares_valid_sizes``: whether that run
+    passes ``valid_intermediate_size`` / ``valid_hidden_size``. ``kernel_hint(Ip)``: a triage note
+    attached to kernel failures (empty when none applies).
+    """
+
+    fc1_layout: Fc1Layout
+    intermediate_multiple: int
+    intermediate_multiple_non_gated: int
+    hidden_multiple: int
+    violations: Callable[[int, int, bool], list[str]]
+    prepare: Callable[..., Any] | None = None
+    kernel: Callable[..., torch.Tensor] | None = None
+    kernel_activations: tuple[ActivationKind, ...] = ()
+    tolerance: Fp4OutputBound | None = None
+    padding_reference: int | None = None
+    declares_valid_sizes: bool = False
+    kernel_hint: Callable[[int], str] | None = None
+
+    OPTIONAL: ClassVar[frozenset[str]] = BackendRecord.OPTIONAL | {"prepare", "declares_valid_sizes", "kernel_hint"}
+
+
+def _trtllm_intermediate_hint(intermediate: int) -> str:
+    """The open question of trtllm-gen runs whose intermediate size is not a multiple of 128."""
+    if intermediate % 128 == 0:
+        return ""
+    return (
+        f"Ip = {intermediate} ≡ {intermediate % 128} (mod 128): FlashInfer 0.7.4 documents "
+        "intermediate_size % 128 == 0 (valid_intermediate_size); if only such shapes fail, the gated 64 rule "
+        "(vLLM #46880) is insufficient for trtllm-gen"
+    )
+
+
+RECORDS = (
+    Nvfp4MoeRecord(
+        member=Nvfp4MoeBackend.FLASHINFER_TRTLLM,
+        contract=CONTRACT,
+        entry_point="flashinfer.fused_moe.trtllm_fp4_block_scale_moe",
+        requires=("flashinfer",),
+        kernel_requires=("sm100", "flashinfer"),
+        sources=(
+            "flashinfer-python 0.7.4 flashinfer/fused_moe/core.py (row-index helpers, pad_trtllm_moe_weights)",
+            "https://github.com/vllm-project/vllm/issues/46879",
+        ),
+        fc1_layout=Fc1Layout.UP_GATE,
+        intermediate_multiple=64,
+        intermediate_multiple_non_gated=128,
+        hidden_multiple=256,
+        violations=fi.trtllm_nvfp4_violations,
+        prepare=kernels.trtllm_fp4_weights,
+        kernel=kernels.run_trtllm_fp4_moe,
+        kernel_activations=tuple(kernels.TRTLLM_ACTIVATIONS),
+        tolerance=FLASHINFER_FP4_BOUND,
+        padding_reference=256,
+        declares_valid_sizes=True,
+        kernel_hint=_trtllm_intermediate_hint,
+    ),
+    Nvfp4MoeRecord(
+        member=Nvfp4MoeBackend.FLASHINFER_CUTLASS,
+        contract=CONTRACT,
+        entry_point="flashinfer.fused_moe.cutlass_fused_moe",
+        kernel_requires=("sm100", "flashinfer"),
+        sources=(
+            "flashinfer-ai/flashinfer tests/moe/test_trtllm_cutlass_fused_moe.py (test_moe_nvfp4)",
+            "https://github.com/vllm-project/vllm/issues/57125",
+        ),
+        fc1_layout=Fc1Layout.UP_GATE,
+        intermediate_multiple=64,
+        intermediate_multiple_non_gated=128,
+        hidden_multiple=16,
+        violations=fi.cutlass_nvfp4_violations,
+        kernel=kernels.run_cutlass_fp4_moe,
+        kernel_activations=tuple(kernels.CUTLASS_ACTIVATIONS),
+        tolerance=FLASHINFER_FP4_BOUND,
+        padding_reference=128,  # FC1's K then equals FC2's rows, the shape cutlass_fused_moe needs
+    ),
+)
+register(*RECORDS)

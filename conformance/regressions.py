@@ -1,0 +1,36 @@
+"""Pinned regressions shared by several property modules: each a real model's configuration that
+reproduced an upstream bug, replayed as an ``@example`` before generation (``strategies.pins``)."""
+
+from __future__ import annotations
+
+from strategies.catalog import Parallel
+from strategies.linear import pinned_linear
+from strategies.mxfp4_moe import pinned_config
+
+MXFP4_MOE_REGRESSIONS = (
+    pinned_config("gpt-oss-120b", 4),  # I 736 per rank (models.md §4)
+    pinned_config("gpt-oss-120b", 4, rank=-1),  # last rank: 672 real channels of 736
+    pinned_config("gpt-oss-120b", 8),  # I 384: 512 at 256, 384 at 128
+    pinned_config("gpt-oss-120b", 8, rank=-1),  # last rank: 192 real channels of 384
+    pinned_config("deepseek-v4", 8),  # I 384: ROCm 512 ("inter 512/rank", AITER #3933)
+    pinned_config("deepseek-v4", 16),  # I 192: SGLang #26250 (SM90 flashinfer_mxfp4)
+    pinned_config("minimax-m2", 4),  # MiniMax-M2.1 TP4, I 384: vLLM #35637
+    pinned_config("minimax-m2", 8),  # MiniMax-M2.1 TP8, I 192: AITER PR #2642
+    pinned_config("deepseek-v4.1-flash", 8),  # I 288: vLLM PR #56697 (Marlin 320, not 384)
+    pinned_config("mellum2-12b-a2.5b", 2),  # I 448: EuroEval PR #2079 (trtllm-gen I % 128)
+)
+"""``mxfp4_moe``: the MXFP4 MoE regressions (models.md §4 and the cited PRs / issues)."""
+
+GDN_SCALES = ((48, 160), (24, 160), (12, 160))
+"""Qwen3.8 GDN ``in_proj_ba`` (out 96, K 5120) at TP 2 / 4 / 8: rows fail the 32 rule (vLLM PR #55213)."""
+
+MXFP4_LINEAR_REGRESSIONS = (
+    pinned_linear("qwen3.8-flash-next", "shared_expert.down_proj", 1),  # scale (2560, 20)
+    pinned_linear("qwen3.8-flash-next", "shared_expert.down_proj", 8, Parallel.REPLICATED),  # TP8+EP replicated
+    pinned_linear("qwen3.8-flash-next", "shared_expert.down_proj", 2),  # scale (2560, 10)
+    pinned_linear("qwen3.8-flash-next", "shared_expert.gate_up_proj", 2),  # scale (640, 80): ASM
+    pinned_linear("qwen3.8-flash-next", "linear_attn.in_proj_ba", 1, tokens=8),  # scale (96, 160)
+    pinned_linear("qwen3.8-flash-next", "linear_attn.in_proj_ba", 2),  # scale (48, 160)
+    pinned_linear("qwen3.8-flash-next", "linear_attn.in_proj_ba", 4),  # scale (24, 160)
+    pinned_linear("qwen3.8-flash-next", "linear_attn.in_proj_ba", 8, tokens=1),  # scale (12, 160)
+)
