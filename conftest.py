@@ -1,3 +1,3 @@
-"""Root conftest: loads the suite's pytest plugin (options, profiles, gating, triage output)."""
+"""Root conftest: loads the suite's pytest plugins (options, profiles, gating, triage output; xdist worker sizing)."""
 
-pytest_plugins = ["harness.plugin"]
+pytest_plugins = ["harness.plugin", "harness.workers"]

@@ -1,19 +1,14 @@
 """pytest-xdist worker -> GPU pinning.
 
-``pytest -n auto`` asks :func:`auto_workers` for the worker count: one per visible GPU on a
-GPU host, one per core on a CPU host. Each worker ``gwN`` is pinned to GPU ``N mod count`` by
-setting ``CUDA_VISIBLE_DEVICES`` and ``HIP_VISIBLE_DEVICES`` in ``pytest_configure``, before
-anything in the worker initialises CUDA/HIP (torch initialises lazily, on first device use).
+Each worker ``gwN`` is pinned to GPU ``N mod count`` by setting ``CUDA_VISIBLE_DEVICES`` and
+``HIP_VISIBLE_DEVICES`` in ``pytest_configure``, before anything in the worker initialises
+CUDA/HIP (torch initialises lazily, on first device use). How many workers ``-n auto`` starts,
+and how many threads each gets, is :mod:`harness.workers`'s.
 """
 
 from __future__ import annotations
 
 import os
-
-
-def auto_workers(gpus: int, cpus: int) -> int:
-    """Workers for ``-n auto``: the GPU count when there are GPUs, else the CPU count."""
-    return gpus if gpus > 0 else max(1, cpus)
 
 
 def visible_devices(env: dict[str, str], gpus: int) -> list[str]:

@@ -20,6 +20,7 @@ the low nibble); block scales are uint8 ``[..., K/block]``.
 from __future__ import annotations
 
 import enum
+import functools
 from dataclasses import dataclass
 
 import torch
@@ -118,6 +119,21 @@ def e2m1_decode(codes: torch.Tensor) -> torch.Tensor:
     c = codes.to(torch.int64)
     mag = _e2m1_table(codes.device)[c & 7]
     return torch.where((c & 8) != 0, -mag, mag)
+
+
+@functools.cache
+def _e2m1_pairs(device: torch.device) -> torch.Tensor:
+    """``[256, 2]`` fp32: the values of a packed byte's low and high nibble."""
+    b = torch.arange(256, device=device)
+    return torch.stack((e2m1_decode(b & 0xF), e2m1_decode(b >> 4)), dim=-1)
+
+
+def e2m1_decode_packed(packed: torch.Tensor) -> torch.Tensor:
+    """``e2m1_decode(unpack_fp4(packed))`` (``uint8 [..., K/2]`` -> fp32 ``[..., K]``) by one table
+    lookup per byte (about ten times faster on CPU)."""
+    require(packed.dtype == torch.uint8, f"e2m1_decode_packed: expected uint8, got {packed.dtype}")
+    pairs = _e2m1_pairs(packed.device).index_select(0, packed.flatten().int())
+    return pairs.view(*packed.shape[:-1], 2 * packed.shape[-1])
 
 
 def pack_fp4(codes: torch.Tensor) -> torch.Tensor:
@@ -254,15 +270,15 @@ def mxfp4_dequantize(
 
 
 def _dequantize(q: Quantized, block: int, scale: torch.Tensor) -> torch.Tensor:
-    codes = unpack_fp4(q.packed)
-    k = codes.shape[-1]
+    vals = e2m1_decode_packed(q.packed)
+    k = vals.shape[-1]
     require(
-        q.scales.shape == (*codes.shape[:-1], k // block) and k % block == 0,
+        q.scales.shape == (*vals.shape[:-1], k // block) and k % block == 0,
         f"dequantize: scales {tuple(q.scales.shape)} do not match codes "
-        f"{tuple(codes.shape)} with {block}-element blocks",
+        f"{tuple(vals.shape)} with {block}-element blocks",
     )
-    vals = e2m1_decode(codes).reshape(*codes.shape[:-1], k // block, block)
-    return (vals * scale[..., None]).reshape(codes.shape)
+    blocks = vals.reshape(*vals.shape[:-1], k // block, block)
+    return (blocks * scale[..., None]).reshape(vals.shape)
 
 
 def _decode_multiplier(global_scale: torch.Tensor | float, convention: GlobalScale) -> torch.Tensor:

@@ -93,12 +93,21 @@ def route(logits: torch.Tensor, top_k: int, renormalize: bool = True) -> tuple[t
     return weights, ids
 
 
-def routed_groups(ids: torch.Tensor) -> Iterator[tuple[int, int, torch.Tensor]]:
-    """``(j, expert, tokens)`` for every top-k slot ``j = 0..k-1`` and expert routed to in it, in a
-    fixed order (slot, then expert id), with the indices of the tokens that slot sends there."""
-    for j in range(ids.shape[1]):
-        for expert in ids[:, j].unique().tolist():
-            yield j, expert, (ids[:, j] == expert).nonzero().flatten()
+def routed_experts(ids: torch.Tensor) -> Iterator[tuple[int, torch.Tensor, torch.Tensor]]:
+    """``(expert, tokens, slots)`` for every expert routed to, in ascending id: the tokens that send
+    it work and the top-k slot each sends it from, as (token, slot) pairs in row-major order."""
+    for expert in ids.unique().tolist():
+        tokens, slots = (ids == expert).nonzero(as_tuple=True)
+        yield expert, tokens, slots
+
+
+def weighted_sum(weights: torch.Tensor, per_slot: torch.Tensor) -> torch.Tensor:
+    """``out[t] = Σ_j weights[t, j] · per_slot[t, j]`` (``[T, k]``, ``[T, k, H]`` -> ``[T, H]`` fp32),
+    added in slot order ``j = 0..k-1`` from +0.0, so the result is deterministic."""
+    out = torch.zeros(per_slot.shape[0], per_slot.shape[2], dtype=torch.float32, device=per_slot.device)
+    for j in range(per_slot.shape[1]):
+        out += weights[:, j, None] * per_slot[:, j]
+    return out
 
 
 def moe_reference(
@@ -115,9 +124,11 @@ def moe_reference(
 ) -> torch.Tensor:
     """``out[t] = Σ_j weights[t, j] · (act(x[t] W13[e]^T + b13[e]) W2[e]^T + b2[e])``, ``e = ids[t, j]``.
 
-    ``requantize`` (optional) maps the activated intermediate ``[n, I]`` to what the kernel feeds
-    its second GEMM (for example an NVFP4 quantize-dequantize). Top-k slots are accumulated in
-    order ``j = 0..k-1``, so the result is deterministic. Returns fp32 ``[T, H]``.
+    ``requantize`` (optional) maps the activated intermediate ``[n, I]`` of one expert's tokens to
+    what the kernel feeds its second GEMM (for example an NVFP4 quantize-dequantize), row by row:
+    a row's result may not depend on the other rows. Each expert runs once on all its tokens (the
+    rows of :func:`exact_matmul` are independent) and top-k slots are accumulated in order
+    ``j = 0..k-1`` (:func:`weighted_sum`), so the result is deterministic. Returns fp32 ``[T, H]``.
     """
     require(w13.dim() == 3, f"moe: w13 must be [E, F·I, H], got {tuple(w13.shape)}")
     e, rows, h = w13.shape
@@ -131,8 +142,8 @@ def moe_reference(
     )
     require(weights.shape == ids.shape and ids.shape[0] == x.shape[0], "moe: routing weights/ids must be [T, k]")
     require(bool(((ids >= 0) & (ids < e)).all()), f"moe: expert ids must lie in 0..{e - 1}")
-    out = torch.zeros(x.shape, dtype=torch.float32, device=x.device)
-    for j, expert, tok in routed_groups(ids):
+    per_slot = torch.zeros(*ids.shape, h, dtype=torch.float32, device=x.device)
+    for expert, tok, slot in routed_experts(ids):
         hid = exact_matmul(x[tok], w13[expert])
         if w13_bias is not None:
             hid = hid + w13_bias[expert]
@@ -142,8 +153,8 @@ def moe_reference(
         y = exact_matmul(a, w2[expert])
         if w2_bias is not None:
             y = y + w2_bias[expert]
-        out[tok] += weights[tok, j, None] * y
-    return out
+        per_slot[tok, slot] = y
+    return weighted_sum(weights, per_slot)
 
 
 def moe_magnitude(
@@ -166,8 +177,8 @@ def moe_magnitude(
     if not act.gated:
         raise ValueError(f"moe_magnitude is derived for gated activations only, not {act}")
     beta = act.beta if act.kind is ActivationKind.SWIGLU_OAI else 0.0
-    out = torch.zeros(x.shape, dtype=torch.float32, device=x.device)
-    for j, expert, tok in routed_groups(ids):
+    per_slot = torch.zeros(*ids.shape, x.shape[1], dtype=torch.float32, device=x.device)
+    for expert, tok, slot in routed_experts(ids):
         gate, up = split_gate_up(exact_matmul(x[tok].abs(), w13[expert].abs()), order)
-        out[tok] += weights[tok, j, None] * exact_matmul(gate * (up + beta), w2[expert].abs())
-    return out
+        per_slot[tok, slot] = exact_matmul(gate * (up + beta), w2[expert].abs())
+    return weighted_sum(weights, per_slot)

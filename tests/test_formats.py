@@ -53,6 +53,7 @@ from reference.formats import (
     Ue8m0Byte0,
     Ue8m0Byte255,
     e2m1_decode,
+    e2m1_decode_packed,
     e2m1_encode,
     e4m3_decode,
     e4m3_encode,
@@ -126,6 +127,16 @@ def test_pack_fp4_low_nibble_first_for_every_code_pair() -> None:
     codes = torch.stack((even, odd), dim=-1)  # [256, 2]: row b holds the pair that packs into byte b
     assert torch.equal(pack_fp4(codes), ALL_BYTES[:, None])
     assert torch.equal(unpack_fp4(ALL_BYTES[:, None]), codes)
+
+
+def test_e2m1_decode_packed_is_decode_of_unpack_for_every_byte() -> None:
+    """The byte lookup used by the dequantizers equals ``e2m1_decode(unpack_fp4(.))`` bit for bit
+    (signed zeros included), for all 256 bytes and a multi-dimensional tensor."""
+    packed = torch.cat((ALL_BYTES, ALL_BYTES.flip(0))).reshape(2, 4, 64)
+    want = e2m1_decode(unpack_fp4(packed))
+    assert torch.equal(e2m1_decode_packed(packed).view(torch.int32), want.view(torch.int32))
+    with pytest.raises(ShapeContractError, match="uint8"):
+        e2m1_decode_packed(torch.zeros(2, 3, dtype=torch.int32))
 
 
 def test_packed_bytes_view_as_torch_float4_x2() -> None:

@@ -3,7 +3,9 @@
 Cross-checks and their source of truth:
 
 * ``exact_matmul``: torch's float64 matmul (error bound of a K-term fp64 sum plus one fp32
-  rounding), and bit-identity (value and sign of zero) under zero padding of K in both operands.
+  rounding), and bit-identity (value and sign of zero) under zero padding of K in both operands;
+  bit-identity with the order-fixed loop (``sequential_matmul``), which the GEMM and the reversed
+  loop also reach wherever ``order_free`` holds; ``lsb_exponent`` against Python's exact floats.
 * ``mxfp4_linear``: ``exact_matmul`` of the operands dequantized by ``reference.formats``.
 * Activations: every activation maps a zero gate/up pair to exactly 0 (the property that makes
   zero padding of FC1 rows invisible), pair by pair, in both gate/up orders; the formulas
@@ -23,12 +25,12 @@ from dataclasses import dataclass
 
 import pytest
 import torch
-from hypothesis import given, note
+from hypothesis import event, given, note
 from hypothesis import strategies as st
 
 from reference.errors import ShapeContractError
 from reference.formats import MxScaleRounding, mxfp4_dequantize, mxfp4_quantize
-from reference.linear import exact_matmul, mxfp4_linear
+from reference.linear import exact_matmul, lsb_exponent, mxfp4_linear, order_free, sequential_matmul
 from reference.moe import Activation, ActivationKind, GateUpOrder, activate, moe_reference, route, split_gate_up
 
 ACTIVATIONS = (
@@ -100,6 +102,76 @@ def test_exact_matmul_sums_left_to_right(t: int, n: int, k: int, pad: int, seed:
     assert torch.equal(got.view(torch.int32), want.view(torch.int32)), "not a left-to-right fp64 sum"
     padded = exact_matmul(torch.cat((a, a.new_zeros(t, pad)), 1), torch.cat((b, b.new_zeros(n, pad)), 1))
     assert torch.equal(padded.view(torch.int32), got.view(torch.int32)), "zero padding of K changed bits"
+
+
+def lsb_by_hand(v: float) -> int:
+    """Exponent of the lowest set bit of a non-zero float: ``v = odd · 2^e``."""
+    num, den = abs(v).as_integer_ratio()  # den is a power of two
+    e = -(den.bit_length() - 1)
+    while num % 2 == 0:
+        num, e = num // 2, e + 1
+    return e
+
+
+@given(seed=SEED, spread=st.integers(0, 120))
+def test_lsb_exponent_matches_python(seed: int, spread: int) -> None:
+    """Row minimum of the lowest-set-bit exponent, zeros left out, subnormals and signs included."""
+    g = gen(seed)
+    x = torch.randn(6, 64, generator=g) * 2.0 ** torch.randint(-spread, spread + 1, (6, 64), generator=g).float()
+    x = with_zeros(x, g)
+    x[0, :3] = torch.tensor([2.0**-149, -3 * 2.0**-140, 0.75])  # subnormals and a two-bit value
+    x[1] = 0.0
+    x[2] = mxfp4_dequantize(mxfp4_quantize(x[2:3]))[0]
+    want = [min((lsb_by_hand(v) for v in row if v != 0), default=None) for row in x.tolist()]
+    got = lsb_exponent(x).tolist()
+    for r, (w, v) in enumerate(zip(want, got, strict=True)):
+        assert (v > 2**30) if w is None else (v == w), f"row {r}: lsb_exponent {v}, by hand {w}"
+
+
+@given(
+    t=st.integers(1, 6),
+    n=st.integers(1, 24),
+    blocks=st.integers(1, 24),
+    spread=st.integers(0, 24),
+    zeros=st.booleans(),
+    seed=SEED,
+)
+def test_order_free_sums_equal_the_left_to_right_loop(
+    t: int, n: int, blocks: int, spread: int, zeros: bool, seed: int
+) -> None:
+    """``exact_matmul`` equals the order-fixed loop bit for bit, on fp32 activations (their
+    exponents spread over ``2·spread`` binades) times dequantized MXFP4 weights. Where
+    :func:`order_free` holds, the fp64 GEMM and the loop over K reversed give the loop's sums too
+    (any order is exact), which is the proof's claim; wide spreads exercise the loop fallback."""
+    g = gen(seed)
+    k = 32 * blocks
+    x = torch.randn(t, k, generator=g) * 2.0 ** torch.randint(-spread, spread + 1, (t, k), generator=g).float()
+    w = mxfp4_dequantize(mxfp4_quantize(torch.randn(n, k, generator=g)))
+    if zeros:
+        x, w = with_zeros(x, g), with_zeros(w, g)
+    loop = sequential_matmul(x, w)
+    got = exact_matmul(x, w)
+    assert torch.equal(got.view(torch.int32), loop.float().view(torch.int32)), "exact_matmul differs from the loop"
+    proven = order_free(x, w)
+    event(f"order_free: {proven}")
+    if proven:
+        gemm = x.double() @ w.double().T + 0.0
+        reversed_loop = sequential_matmul(x.flip(1), w.flip(1))
+        assert torch.equal(gemm.view(torch.int64), loop.view(torch.int64)), "a proven sum rounded in the GEMM"
+        assert torch.equal(reversed_loop.view(torch.int64), loop.view(torch.int64)), "a proven sum depends on order"
+
+
+def test_order_free_covers_fp4_weights_and_rejects_cancellation() -> None:
+    """Typical suite data (fp32 activations, MXFP4 weights) take the GEMM; a sum whose terms span
+    more than 53 binades with cancellation does not, and ``exact_matmul`` gives the loop's bits."""
+    g = gen(0)
+    x, w = torch.randn(4, 2048, generator=g), mxfp4_dequantize(mxfp4_quantize(torch.randn(64, 2048, generator=g)))
+    assert order_free(x, w)
+    a, b = torch.tensor([[2.0**60, 1.0, -(2.0**60)]]), torch.ones(1, 3)
+    assert not order_free(a, b)
+    assert exact_matmul(a, b).item() == 0.0 == sequential_matmul(a, b).item()  # 2^60 + 1 rounds to 2^60
+    assert not order_free(torch.tensor([[1.0, float("inf")]]), torch.ones(1, 2))
+    assert not order_free(torch.ones(1, 2, dtype=torch.float64), torch.ones(1, 2))
 
 
 def test_exact_matmul_empty_and_errors() -> None:

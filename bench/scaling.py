@@ -1,0 +1,275 @@
+"""``python -m bench.scaling``: wall time of the suite at 1, 2, 4, ... pytest-xdist workers on this host.
+
+Each worker count runs the targets (default ``conformance tests``) once, in a fresh
+``python -m pytest -n N`` process under one Hypothesis profile (default ``ci``: derandomized, so
+every run draws the same examples), and the report gives per run: workers, torch threads per
+worker (from the workers' own records, :mod:`harness.workers`), wall seconds, speed-up over the
+first run, worker start-up (spawn to first test, median and maximum), outcome counts, and whether
+every test's outcome and example count equal the first run's. The last row is ``-n auto``.
+Also listed: the slowest properties' examples per second in the first run. Written as
+``scaling.md`` and ``scaling.json`` under ``--out``. On a GPU host the kernel properties (markers
+``cuda``, ``sm90``, ``sm100``, ``gfx950``) run once first, untimed, so that JIT builds and caches
+are not charged to the first row.
+
+``--baseline-root PATH`` (another checkout, for example the commit before a speed-up) adds an A/B
+of the slowest properties: each checkout runs them in one process with one torch thread, back to
+back on this host, and the report gives both examples/s.
+
+The variables ``OMP_NUM_THREADS`` and ``MKL_NUM_THREADS`` are removed from the runs' environment
+so that the plugin sizes the thread pools; ``--threads T`` sets them to ``T`` instead (for example
+to measure the unsplit default, one thread per core in every worker).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+import xml.etree.ElementTree as ET
+from pathlib import Path
+from typing import Any
+
+from harness.hardware import count_gpus_without_init
+from harness.workers import THREAD_VARIABLES, read_records, usable_cores
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def default_workers(cores: int) -> list[str]:
+    """``1, 2, 4, ...`` below ``cores``, then ``auto`` (which starts ``cores`` workers)."""
+    counts, n = [], 1
+    while n < cores:
+        counts.append(str(n))
+        n *= 2
+    return [*counts, "auto"]
+
+
+def outcomes(junit: Path) -> dict[str, str]:
+    """``{test id: passed | failed | skipped}`` from a JUnit XML report."""
+    result = {}
+    for case in ET.parse(junit).getroot().iter("testcase"):
+        key = f"{case.get('classname')}::{case.get('name')}"
+        tags = {child.tag for child in case}
+        result[key] = "failed" if tags & {"failure", "error"} else "skipped" if "skipped" in tags else "passed"
+    return result
+
+
+def longest(junit: Path, n: int = 5) -> list[tuple[str, float]]:
+    """The ``n`` longest tests of a JUnit XML report: with many workers they bound the wall time."""
+    cases = [
+        (f"{c.get('classname')}::{c.get('name')}", float(c.get("time") or 0)) for c in ET.parse(junit).iter("testcase")
+    ]
+    return [(name, round(t, 1)) for name, t in sorted(cases, key=lambda c: -c[1])[:n]]
+
+
+KERNEL_MARKERS = "cuda or sm90 or sm100 or gfx950"
+
+
+def pytest_env(profile: str, threads: int | None, root: Path) -> dict[str, str]:
+    """The runs' environment: thread variables removed (or forced to ``threads``), profile, root."""
+    env = {k: v for k, v in os.environ.items() if k not in THREAD_VARIABLES and k != "PYTEST_XDIST_WORKER"}
+    env.update({"FP4_PROFILE": profile, "PYTHONPATH": str(root)})
+    if threads is not None:
+        env.update({name: str(threads) for name in THREAD_VARIABLES})
+    return env
+
+
+def warm_up(targets: list[str], profile: str, root: Path) -> float:
+    """Run the kernel properties once in one process (JIT builds land in the libraries' caches); seconds."""
+    with tempfile.TemporaryDirectory() as tmp:
+        cmd = [sys.executable, "-m", "pytest", *targets, "-q", "-p", "no:cacheprovider", "-p", "no:xdist"]
+        cmd += ["-m", KERNEL_MARKERS, "--hypothesis-profile", profile, "--results", tmp]
+        start = time.perf_counter()
+        subprocess.run(cmd, cwd=root, env=pytest_env(profile, None, root), capture_output=True, timeout=7200)
+        return time.perf_counter() - start
+
+
+def run_once(workers: str, targets: list[str], profile: str, threads: int | None, root: Path) -> dict[str, Any]:
+    """One ``pytest -n workers`` run of ``targets``; wall time, records, outcomes and example counts."""
+    with tempfile.TemporaryDirectory() as tmp:
+        results = Path(tmp)
+        cmd = [
+            sys.executable, "-m", "pytest", *targets, "-q", "-p", "no:cacheprovider", "-n", workers,
+            "--hypothesis-profile", profile, "--results", str(results), "--junitxml", str(results / "junit.xml"),
+        ]  # fmt: skip
+        env = pytest_env(profile, threads, root)
+        start = time.perf_counter()
+        proc = subprocess.run(cmd, cwd=root, env=env, capture_output=True, text=True, timeout=7200)
+        wall = time.perf_counter() - start
+        records = read_records(results)
+        stats: dict[str, dict[str, Any]] = {}
+        for path in results.glob("stats-*.json"):
+            stats.update(json.loads(path.read_text()))
+        junit = results / "junit.xml"
+        return {
+            "returncode": proc.returncode,
+            "tail": proc.stdout[-2000:] if proc.returncode not in (0, 1) else "",
+            "wall_s": wall,
+            "records": records,
+            "outcomes": outcomes(junit) if junit.exists() else {},
+            "longest": longest(junit) if junit.exists() else [],
+            "examples": {node: s["examples"] for node, s in stats.items()},
+            "stats": stats,
+        }
+
+
+def row(label: str, run: dict[str, Any], first: dict[str, Any]) -> dict[str, Any]:
+    """The report's row for one run, compared with the first."""
+    startups = [r["startup_s"] for r in run["records"] if r.get("startup_s") is not None]
+    counts = {k: list(run["outcomes"].values()).count(k) for k in ("passed", "failed", "skipped")}
+    return {
+        "workers": label,
+        "processes": len(run["records"]),
+        "threads_per_worker": sorted({r["threads"] for r in run["records"]}),
+        "wall_s": round(run["wall_s"], 1),
+        "speedup": round(first["wall_s"] / run["wall_s"], 2),
+        "startup_median_s": round(statistics.median(startups), 2) if startups else None,
+        "startup_max_s": round(max(startups), 2) if startups else None,
+        **counts,
+        "returncode": run["returncode"],
+        "longest_tests_s": run["longest"],
+        "same_results": run["outcomes"] == first["outcomes"] and run["examples"] == first["examples"],
+    }
+
+
+def slowest(run: dict[str, Any], n: int = 8) -> list[dict[str, Any]]:
+    """The ``n`` properties with the fewest examples per second in ``run``."""
+    rows = [
+        {"property": node, "examples": s["examples"], "seconds": round(s["seconds"], 2),
+         "examples_per_second": round(s["examples"] / max(s["seconds"], 1e-9), 1)}
+        for node, s in run["stats"].items() if s["examples"]
+    ]  # fmt: skip
+    return sorted(rows, key=lambda r: r["examples_per_second"])[:n]
+
+
+def throughput(nodes: list[str], profile: str, root: Path) -> dict[str, float]:
+    """Examples per second of ``nodes`` run in one process with one torch thread in checkout ``root``."""
+    with tempfile.TemporaryDirectory() as tmp:
+        cmd = [sys.executable, "-m", "pytest", *nodes, "-q", "-p", "no:cacheprovider", "-p", "no:xdist"]
+        cmd += ["--hypothesis-profile", profile, "--results", tmp]
+        subprocess.run(cmd, cwd=root, env=pytest_env(profile, 1, root), capture_output=True, timeout=7200)
+        stats: dict[str, dict[str, Any]] = {}
+        for path in Path(tmp).glob("stats-*.json"):
+            stats.update(json.loads(path.read_text()))
+    return {n: round(s["examples"] / max(s["seconds"], 1e-9), 1) for n, s in stats.items() if s["examples"]}
+
+
+def compare(nodes: list[str], profile: str, root: Path, baseline: Path) -> list[dict[str, Any]]:
+    """``nodes``' examples/s in ``baseline`` and in ``root``, measured back to back."""
+    before, after = throughput(nodes, profile, baseline), throughput(nodes, profile, root)
+    return [
+        {"property": n, "baseline": before.get(n), "this": after.get(n),
+         "ratio": round(after[n] / before[n], 2) if before.get(n) and after.get(n) else None}
+        for n in nodes
+    ]  # fmt: skip
+
+
+def host() -> dict[str, Any]:
+    """What the numbers were measured on: cores, machine, versions, commit."""
+    import torch
+
+    from harness.hardware import machine
+
+    commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, capture_output=True, text=True)
+    return {
+        "usable_cores": usable_cores(),
+        "machine": machine().describe(),
+        "cpu": platform.processor() or platform.machine(),
+        "python": platform.python_version(),
+        "torch": torch.__version__,
+        "commit": commit.stdout.strip() or None,
+    }
+
+
+def markdown(report: dict[str, Any]) -> str:
+    h = report["host"]
+    out = [
+        f"# Worker scaling ({h['machine']}, {h['usable_cores']} usable cores, {report['date']})",
+        "",
+        f"`pytest -n N {' '.join(report['targets'])}`, profile `{report['profile']}`; torch {h['torch']}, "
+        f"Python {h['python']}, commit {h['commit']}"
+        + (f"; every worker forced to {report['threads']} threads" if report["threads"] else "")
+        + (f"; kernel-property warm-up {report['warmup_s']} s before the first row" if report["warmup_s"] else ""),
+        "",
+        "| workers | processes x torch threads | wall s | speed-up | start-up median / max s "
+        "| passed / failed / skipped | same results as first row |",
+        "|---|---|---|---|---|---|---|",
+    ]
+    for r in report["runs"]:
+        threads = "/".join(map(str, r["threads_per_worker"])) or "?"
+        out.append(
+            f"| {r['workers']} | {r['processes']} x {threads} | {r['wall_s']} | {r['speedup']}x "
+            f"| {r['startup_median_s']} / {r['startup_max_s']} | {r['passed']} / {r['failed']} / {r['skipped']} "
+            f"| {'yes' if r['same_results'] else 'NO'} |"
+        )
+    last = report["runs"][-1]
+    out += [
+        "",
+        f"Longest tests at `-n {last['workers']}` (a run is never shorter than its longest test plus start-up):",
+    ]
+    out += [""] + [f"- `{name}`: {t} s" for name, t in last["longest_tests_s"]]
+    out += ["", f"Slowest properties in the first run ({report['runs'][0]['workers']} worker(s)):", ""]
+    out += ["| property | examples | s | examples/s |", "|---|---|---|---|"]
+    out += [
+        f"| `{s['property']}` | {s['examples']} | {s['seconds']} | {s['examples_per_second']} |"
+        for s in report["slowest"]
+    ]
+    return "\n".join(out) + "\n"
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m bench.scaling", description=__doc__.splitlines()[0])
+    parser.add_argument("--workers", help="comma-separated worker counts, 'auto' allowed (default 1,2,4,...,auto)")
+    parser.add_argument("--targets", nargs="+", default=["conformance", "tests"], help="pytest targets")
+    parser.add_argument("--profile", default="ci", help="Hypothesis profile (default ci)")
+    parser.add_argument("--threads", type=int, help="force this many torch threads in every worker")
+    parser.add_argument("--require-speedup", type=float, help="exit 1 unless the last row is this much faster")
+    parser.add_argument("--root", type=Path, default=ROOT, help="checkout to run (default: this one)")
+    parser.add_argument("--baseline-root", type=Path, help="another checkout: A/B of the slowest properties")
+    parser.add_argument("--out", type=Path, default=Path("results/scaling"), help="output folder")
+    args = parser.parse_args(argv)
+    labels = args.workers.split(",") if args.workers else default_workers(usable_cores())
+    root = args.root.resolve()
+    warmup = warm_up(args.targets, args.profile, root) if count_gpus_without_init() else None
+    runs = []
+    for label in labels:
+        runs.append((label, run_once(label, args.targets, args.profile, args.threads, root)))
+        print(f"-n {label}: {runs[-1][1]['wall_s']:.1f} s", file=sys.stderr, flush=True)
+    first = runs[0][1]
+    report = {
+        "date": time.strftime("%Y-%m-%d %H:%M %Z"),
+        "host": host(),
+        "targets": args.targets,
+        "profile": args.profile,
+        "threads": args.threads,
+        "warmup_s": None if warmup is None else round(warmup, 1),
+        "runs": [row(label, run, first) for label, run in runs],
+        "slowest": slowest(first),
+        "baseline": str(args.baseline_root) if args.baseline_root else None,
+        "ab": compare([s["property"] for s in slowest(first, 4)], args.profile, root, args.baseline_root.resolve())
+        if args.baseline_root
+        else [],
+        "errors": {label: run["tail"] for label, run in runs if run["tail"]},
+    }
+    args.out.mkdir(parents=True, exist_ok=True)
+    (args.out / "scaling.json").write_text(json.dumps(report, indent=2))
+    (args.out / "scaling.md").write_text(markdown(report))
+    print(markdown(report))
+    last = report["runs"][-1]
+    if not all(r["same_results"] for r in report["runs"]):
+        print("results differ between worker counts", file=sys.stderr)
+        return 1
+    if args.require_speedup and last["speedup"] < args.require_speedup:
+        print(f"-n {last['workers']} is {last['speedup']}x, below {args.require_speedup}x", file=sys.stderr)
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

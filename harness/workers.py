@@ -1,0 +1,175 @@
+"""pytest-xdist worker sizing: ``-n auto`` uses every usable core; torch's threads are split between workers.
+
+* ``pytest -n auto`` starts one worker per usable core (:func:`usable_cores`: the process's CPU
+  affinity, capped by a cgroup v2 CPU quota); ``PYTEST_XDIST_AUTO_NUM_WORKERS`` overrides the
+  count, as in pytest-xdist.
+* Each worker's torch gets ``cores // workers`` intra-op threads (at least 1,
+  :func:`threads_per_worker`): the controller exports ``OMP_NUM_THREADS`` and ``MKL_NUM_THREADS``
+  before the workers start, so torch sizes its pool at import, and each worker calls
+  ``torch.set_num_threads`` with the same number. A count already in ``OMP_NUM_THREADS`` wins.
+  Without this every worker's torch starts one thread per core, ``W·C`` threads on ``C`` cores,
+  and OpenMP threads spinning at the end of each parallel region take the cores from the other
+  workers (issue 16: 8 workers on a 16-core H200 host ran 2.2x slower than one).
+* GPU pinning stays in :mod:`harness.devices`: worker ``gwN`` sees GPU ``N mod G`` only, so kernel
+  properties spread over the GPUs and several workers share one (CUDA time-slices their contexts;
+  a device fault kills only its own process, and the plugin reports the example it was running).
+
+Each process writes ``worker-<id>.json`` (threads, cores, start-up seconds) into ``--results``;
+``python -m bench.scaling`` reads them, and the terminal summary prints one line from them.
+Start-up is the time from the controller's configuration to the process's first test: starting
+the interpreter, importing torch and the libraries, and collecting.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import statistics
+import time
+from pathlib import Path
+
+import pytest
+
+THREAD_VARIABLES = ("OMP_NUM_THREADS", "MKL_NUM_THREADS")
+_CGROUP_CPU_MAX = Path("/sys/fs/cgroup/cpu.max")
+_STATE: dict[str, float | None] = {"run_start": None, "first_test": None}
+_THREADS = pytest.StashKey[int]()
+_SAVED_ENV = pytest.StashKey[dict[str, str | None]]()
+
+
+def usable_cores(cpu_max: Path = _CGROUP_CPU_MAX) -> int:
+    """Cores this process may run on: its CPU affinity, capped by a cgroup v2 quota (``cpu.max``)."""
+    try:
+        cores = len(os.sched_getaffinity(0))
+    except AttributeError:  # not Linux
+        cores = os.cpu_count() or 1
+    try:
+        quota, period = cpu_max.read_text().split()[:2]
+        if quota != "max":
+            cores = min(cores, max(1, math.ceil(int(quota) / int(period))))
+    except (OSError, ValueError):
+        pass
+    return max(1, cores)
+
+
+def threads_per_worker(cores: int, workers: int) -> int:
+    """Intra-op threads for each of ``workers`` processes sharing ``cores``: ``cores // workers``, at least 1."""
+    return max(1, cores // max(1, workers))
+
+
+def xdist_workers(config: pytest.Config) -> int:
+    """Worker processes this run starts (0 without pytest-xdist distribution)."""
+    if not config.pluginmanager.hasplugin("xdist") or config.getoption("dist", "no") == "no":
+        return 0
+    return len(config.getoption("tx") or [])
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_xdist_auto_num_workers(config: pytest.Config) -> int:
+    override = os.environ.get("PYTEST_XDIST_AUTO_NUM_WORKERS")
+    if override:
+        try:
+            return max(1, int(override))
+        except ValueError:
+            raise pytest.UsageError(f"PYTEST_XDIST_AUTO_NUM_WORKERS={override!r} is not a number") from None
+    return usable_cores()
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_configure_node(node) -> None:
+    """xdist controller: hand each worker the run's start time and its thread count."""
+    node.workerinput["fp4_run_start"] = _STATE["run_start"]
+    node.workerinput["fp4_threads"] = node.config.stash[_THREADS]
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_configure(config: pytest.Config) -> None:
+    workerinput = getattr(config, "workerinput", None)
+    if workerinput is not None:  # an xdist worker: size torch's pool before any test runs
+        _STATE["run_start"] = workerinput.get("fp4_run_start")
+        threads = workerinput.get("fp4_threads")
+        if threads:
+            import torch
+
+            torch.set_num_threads(int(threads))
+        return
+    _STATE["run_start"], _STATE["first_test"] = time.time(), None
+    results = Path(config.getoption("results", "results"))
+    for stale in results.glob("worker-*.json"):
+        stale.unlink()
+    workers = xdist_workers(config)
+    if not workers:
+        return
+    user = os.environ.get("OMP_NUM_THREADS", "")
+    threads = int(user) if user.isdigit() and int(user) > 0 else threads_per_worker(usable_cores(), workers)
+    config.stash[_THREADS] = threads
+    config.stash[_SAVED_ENV] = {name: os.environ.get(name) for name in THREAD_VARIABLES}
+    for name in THREAD_VARIABLES:
+        os.environ.setdefault(name, str(threads))
+
+
+def pytest_unconfigure(config: pytest.Config) -> None:
+    """Restore the controller's thread variables (the run may be one of several in a process)."""
+    for name, value in config.stash.get(_SAVED_ENV, {}).items():
+        if value is None:
+            os.environ.pop(name, None)
+        else:
+            os.environ[name] = value
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_runtest_setup(item: pytest.Item) -> None:
+    if _STATE["first_test"] is None:
+        _STATE["first_test"] = time.time()
+
+
+def worker_record(worker: str) -> dict[str, object]:
+    """This process's sizing and start-up: ``worker``, ``threads``, ``cores``, ``startup_s``."""
+    import torch
+
+    start, first = _STATE["run_start"], _STATE["first_test"]
+    return {
+        "worker": worker,
+        "threads": torch.get_num_threads(),
+        "cores": usable_cores(),
+        "startup_s": None if start is None or first is None else round(first - start, 3),
+    }
+
+
+def pytest_sessionfinish(session: pytest.Session) -> None:
+    if xdist_workers(session.config) and not hasattr(session.config, "workerinput"):
+        return  # the controller runs no tests
+    results = Path(session.config.getoption("results", "results"))
+    results.mkdir(parents=True, exist_ok=True)
+    worker = os.environ.get("PYTEST_XDIST_WORKER", "main")
+    (results / f"worker-{worker}.json").write_text(json.dumps(worker_record(worker)))
+
+
+def read_records(results: Path) -> list[dict[str, object]]:
+    """The ``worker-*.json`` records of the last run in ``results`` (the controller's last when no worker ran)."""
+    records = [json.loads(p.read_text()) for p in sorted(results.glob("worker-gw*.json"))]
+    return records or [json.loads(p.read_text()) for p in results.glob("worker-main.json")]
+
+
+def describe(records: list[dict[str, object]]) -> str | None:
+    """One line: workers, threads each, cores, start-up median and maximum."""
+    if not records:
+        return None
+    threads = sorted({r["threads"] for r in records})
+    startups = [r["startup_s"] for r in records if r["startup_s"] is not None]
+    line = (
+        f"{len(records)} process(es) x {'/'.join(map(str, threads))} torch thread(s) "
+        f"on {records[0]['cores']} usable core(s)"
+    )
+    if startups:
+        line += f"; start-up to first test: median {statistics.median(startups):.1f} s, max {max(startups):.1f} s"
+    return line
+
+
+def pytest_terminal_summary(terminalreporter, exitstatus: int, config: pytest.Config) -> None:
+    if hasattr(config, "workerinput"):
+        return
+    line = describe(read_records(Path(config.getoption("results", "results"))))
+    if line and xdist_workers(config):
+        terminalreporter.write_line(f"xdist workers: {line}")

@@ -1,0 +1,65 @@
+"""Self-tests of ``bench.scaling``'s pure parts: worker counts, JUnit outcomes, rows, Markdown."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from bench import scaling
+
+
+def test_default_worker_counts_double_up_to_auto() -> None:
+    assert scaling.default_workers(16) == ["1", "2", "4", "8", "auto"]
+    assert scaling.default_workers(12) == ["1", "2", "4", "8", "auto"]
+    assert scaling.default_workers(2) == ["1", "auto"]
+    assert scaling.default_workers(1) == ["auto"]
+
+
+def test_outcomes_from_junit(tmp_path: Path) -> None:
+    junit = tmp_path / "junit.xml"
+    junit.write_text(
+        '<testsuites><testsuite name="pytest">'
+        '<testcase classname="tests.test_a" name="test_ok" time="0.1"/>'
+        '<testcase classname="tests.test_a" name="test_bad" time="0.1"><failure message="x"/></testcase>'
+        '<testcase classname="tests.test_a" name="test_err" time="0.1"><error message="x"/></testcase>'
+        '<testcase classname="tests.test_a" name="test_skip" time="0.0"><skipped message="no GPU"/></testcase>'
+        "</testsuite></testsuites>"
+    )
+    assert scaling.outcomes(junit) == {
+        "tests.test_a::test_ok": "passed",
+        "tests.test_a::test_bad": "failed",
+        "tests.test_a::test_err": "failed",
+        "tests.test_a::test_skip": "skipped",
+    }
+
+
+def _run(wall: float, outcome: str = "passed", examples: int = 25) -> dict:
+    return {
+        "wall_s": wall,
+        "returncode": 0,
+        "records": [{"worker": "gw0", "threads": 4, "cores": 16, "startup_s": 3.0}],
+        "outcomes": {"t::a": outcome},
+        "longest": [("t::a", 2.0)],
+        "examples": {"t::a": examples},
+        "stats": {"t::a": {"examples": examples, "seconds": 2.0}},
+    }
+
+
+def test_rows_compare_with_the_first_run_and_render() -> None:
+    first = _run(100.0)
+    same, other = scaling.row("4", _run(25.0), first), scaling.row("auto", _run(20.0, examples=24), first)
+    assert same["speedup"] == 4.0 and same["same_results"] and same["startup_median_s"] == 3.0
+    assert not other["same_results"], "a different example count is a different result"
+    report = {
+        "date": "2026-12-01 08:00 UTC",
+        "host": {"machine": "cpu", "usable_cores": 16, "torch": "2.13", "python": "3.11", "commit": "abc"},
+        "targets": ["conformance"],
+        "profile": "ci",
+        "threads": None,
+        "warmup_s": None,
+        "runs": [scaling.row("1", first, first), same, other],
+        "slowest": scaling.slowest(first),
+    }
+    text = scaling.markdown(report)
+    assert "| 4 | 1 x 4 | 25.0 | 4.0x | 3.0 / 3.0 | 1 / 0 / 0 | yes |" in text
+    assert "| auto | 1 x 4 | 20.0 | 5.0x" in text and "| NO |" in text
+    assert "| `t::a` | 25 | 2.0 | 12.5 |" in text
