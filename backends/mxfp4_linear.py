@@ -20,6 +20,7 @@ import torch
 from adapters import aiter, aiter_triton
 from backends import BackendRecord, register
 from backends.kernel_defects import AITER_LINEAR_DEFECTS, covering
+from backends.kernel_defects import ASM_FORCE_TRITON_SCALE_ROWS as ASM_FORCE_TRITON_SCALE_ROWS  # its record's rows
 from contracts.mxfp4_linear import CONTRACT
 from reference.formats import MXFP4_BLOCK, MxScaleRounding
 from reference.layouts import asm_scale_swizzle_ok
