@@ -25,7 +25,7 @@ from contracts.moe import AlignedMoe, MoeWeights, relayout_moe
 from contracts.moe_sharding import CONTRACT, MoeSharding, RankShard, ShardRefused
 from harness.repro import check, record_event, run_check
 from reference.layouts import Fc1Layout, relayout_fc1, split_fc1
-from reference.moe import GateUpOrder, activate, route, routed_groups
+from reference.moe import GateUpOrder, activate, route, routed_experts
 from strategies.moe import MoeShape, Sharding
 from strategies.moe_sharding import ShardingConfig, pinned_sharding, sharding_configs
 from strategies.pins import pinned_examples
@@ -131,11 +131,11 @@ def partial_output(w: MoeWeights, case: MoeCase, config: ShardingConfig) -> tupl
     x = case.x.double()
     out = torch.zeros(x.shape, dtype=torch.float64)
     mag = torch.zeros(x.shape, dtype=torch.float64)
-    for j, expert, tok in routed_groups(ids):
+    for expert, tok, slot in routed_experts(ids):
         a = activate(x[tok] @ w13[expert].double().T, config.activation, GateUpOrder.GATE_UP)
-        wj = weights[tok, j, None].double()
-        out[tok] += wj * (a @ w2[expert].double().T)
-        mag[tok] += wj * (a.abs() @ w2[expert].double().abs().T)
+        wj = weights[tok, slot, None].double()
+        out.index_add_(0, tok, wj * (a @ w2[expert].double().T))
+        mag.index_add_(0, tok, wj * (a.abs() @ w2[expert].double().abs().T))
     return out, mag
 
 
