@@ -94,6 +94,9 @@ class Nvfp4MoeRecord(BackendRecord):
     compared with where the unpadded layer cannot run, and ``declares_valid_sizes``: whether that run
     passes ``valid_intermediate_size`` / ``valid_hidden_size``. ``kernel_hint(Ip)``: a triage note
     attached to kernel failures (empty when none applies).
+
+    The multiples (what the built-in policy pads to) and ``violations`` (the oracle) are deliberately two
+    statements of the backend's rule: ``check_minimal_and_idempotent`` fails if they disagree.
     """
 
     fc1_layout: Fc1Layout
