@@ -7,8 +7,9 @@ seed and ``max_examples`` draws exactly the configurations the real test would s
 draws them once and calls each check directly (no pytest, no subprocess). Each test draws under
 its own seed (:func:`property_seed`), as the ``ci`` profile's per-test derandomization does.
 
-Three figures per known-bad subject, each over the seeds (examples count per property; a subject
-is caught at the fewest examples any of its properties needed):
+Three figures per known-bad subject (examples count per property; a subject is caught at the
+fewest examples any of its properties needed); the 25-example ones over every seed, the
+``budget``-example ones over the first ``rate_seeds`` seeds:
 
 * **with pins**: the ``ci`` run as shipped: pinned ``@example`` s first, then 25 generated
   examples per property;
@@ -143,7 +144,7 @@ def generated(strategy: SearchStrategy[Any], seed: int, max_examples: int) -> li
         database=None,
         deadline=None,
         derandomize=False,
-        phases=(Phase.generate,),
+        phases=(Phase.generate, Phase.target),
         suppress_health_check=list(HealthCheck),
     )
     @hypothesis_seed(seed)
@@ -318,15 +319,16 @@ class Detection:
 def detect(
     subject: Subject, seeds: Sequence[int], budget: int, rate_seeds: int | None = None, draws: Draws | None = None
 ) -> Detection:
-    """Measure the three figures for ``subject`` over ``seeds``.
+    """Measure the three figures for ``subject``.
 
-    Per seed: pins then the 25-example ci sequence; the 25-example sequence alone; the
-    ``budget``-example sequence from its start and after the seed-independent prefix; each
-    stops at the first failure of any property (:meth:`Outcomes.first_failure`). Failure rates
-    then evaluate every example of the ``budget`` sequences of the first ``rate_seeds`` seeds
-    (all when None) for the properties that caught the subject first on some seed (the
-    property with the best rate is among them unless it never fails first; the slow reference
-    checks are spared where a cheap check catches the same bug).
+    Over every seed: pins then the 25-example ci sequence, and the 25-example sequence alone.
+    Over the first ``rate_seeds`` seeds (all when None), the ``budget``-example sequences: from
+    their start and after the seed-independent prefix (common to those seeds). Each figure stops
+    at the first failure of any property (:meth:`Outcomes.first_failure`). Failure rates then
+    evaluate every example of those ``budget`` sequences for the properties that caught the
+    subject first somewhere (the property with the best rate is among them unless it never fails
+    first; the slow reference checks are spared where a cheap check catches the same bug).
+    Sequences depend on the property and the seed only, so subjects of one contract share ``draws``.
     """
     props = [p for contract in subject.policies for p in properties(contract)]
     draws, outcomes = draws or Draws(), Outcomes(subject)
@@ -334,7 +336,8 @@ def detect(
     def drawn(prop: Property, seed: int, max_examples: int) -> list[Any]:
         return draws.get(prop.strategy, property_seed(prop.test, seed), max_examples)
 
-    prefix = {p.test: common_prefix([drawn(p, seed, budget) for seed in seeds]) for p in props}
+    searched = list(seeds)[: rate_seeds or len(seeds)]
+    prefix = {p.test: common_prefix([drawn(p, seed, budget) for seed in searched]) for p in props}
     for p in props:  # one example each first, so the cheapest properties run first from the start
         outcomes.fails(p, drawn(p, seeds[0], CI_EXAMPLES)[0])
     figures = {
@@ -349,24 +352,24 @@ def detect(
         runs = {
             "pins": [(p, list(p.pins) + drawn(p, seed, CI_EXAMPLES)) for p in props],
             "ci": [(p, drawn(p, seed, CI_EXAMPLES)) for p in props],
-            "generation": [(p, drawn(p, seed, budget)) for p in props],
-            "search": [(p, drawn(p, seed, budget)[prefix[p.test] :]) for p in props],
         }
-        for key, figure in figures.items():
-            hit = outcomes.first_failure(runs[key])
-            figure.firsts.append(hit[0] if hit else None)
+        if seed in searched:
+            runs["generation"] = [(p, drawn(p, seed, budget)) for p in props]
+            runs["search"] = [(p, drawn(p, seed, budget)[prefix[p.test] :]) for p in props]
+        for key, run in runs.items():
+            hit = outcomes.first_failure(run)
+            figures[key].firsts.append(hit[0] if hit else None)
             if hit is None:
                 continue
             n, prop = hit
             catchers[prop.name] = prop
             if key == "search" and counterexample is None:
-                config = dict(runs[key])[prop][n - 1]
+                config = dict(run)[prop][n - 1]
                 counterexample = f"{prop.name}: {config.describe() if hasattr(config, 'describe') else config}"
-    rated = list(seeds)[: rate_seeds or len(seeds)]
     tallies: dict[str, dict[str, tuple[int, int]]] = {"generation": {}, "search": {}}
     for prop in catchers.values():
         skip = prefix[prop.test]
-        fails = [[outcomes.fails(prop, c) for c in drawn(prop, seed, budget)] for seed in rated]
+        fails = [[outcomes.fails(prop, c) for c in drawn(prop, seed, budget)] for seed in searched]
         tallies["generation"][prop.name] = (sum(map(sum, fails)), sum(map(len, fails)))
         tallies["search"][prop.name] = (sum(sum(f[skip:]) for f in fails), sum(len(f[skip:]) for f in fails))
     for key, by_prop in tallies.items():
