@@ -160,9 +160,16 @@ def markdown(report: dict[str, Any]) -> str:
 README_START, README_END = "<!-- bench:start -->", "<!-- bench:end -->"
 
 
-def readme_section(report: dict[str, Any], command: str) -> str:
+def command_of(report: dict[str, Any]) -> str:
+    """The ``python -m bench`` options that measured ``report``."""
+    if report.get("quick"):
+        return "python -m bench --quick"
+    return f"python -m bench --seeds {len(report['seeds'])} --budget {report['budget']} --rate-seeds {report['rate_seeds']}"
+
+
+def readme_section(report: dict[str, Any]) -> str:
     """The README's bench results, generated from a report: conditions, then one row per subject."""
-    seeds, budget = len(report["seeds"]), report["budget"]
+    seeds, budget, command = len(report["seeds"]), report["budget"], command_of(report)
     grid_hits = {
         r["subject"]: (
             sum(g["catches"].get(r["subject"]) == "caught" for g in report["grids"]),
@@ -222,6 +229,7 @@ def run(
     *,
     budget: int,
     rate_seeds: int | None,
+    quick: bool = False,
     subjects: list[str] | None = None,
     with_throughput: bool = True,
 ) -> dict[str, Any]:
@@ -253,6 +261,7 @@ def run(
         "seeds": seeds,
         "budget": budget,
         "rate_seeds": min(rate_seeds or len(seeds), len(seeds)),
+        "quick": quick,
         "suite": suite,
         "grids": grids,
         "throughput": throughput() if with_throughput else [],
