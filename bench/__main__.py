@@ -33,6 +33,7 @@ def main(argv: list[str] | None = None) -> int:
         "--subject", action="append", help="only these subjects: a registered name or package.module:attr (repeatable)"
     )
     parser.add_argument("--no-throughput", action="store_true", help="skip the pytest throughput pass")
+    parser.add_argument("--no-grids", action="store_true", help="skip the fixed-grid comparison")
     parser.add_argument("--out", type=Path, default=Path("results/bench"), help="output folder")
     parser.add_argument("--readme", type=Path, help="also rewrite this README's generated bench section")
     parser.add_argument("--from-json", type=Path, help="render a bench.json written earlier instead of measuring")
@@ -48,6 +49,7 @@ def main(argv: list[str] | None = None) -> int:
             quick=args.quick,
             subjects=args.subject,
             with_throughput=not (args.quick or args.no_throughput),
+            with_grids=not args.no_grids,
         )
     print(markdown(report))
     if args.readme:

@@ -232,6 +232,7 @@ def run(
     quick: bool = False,
     subjects: list[str] | None = None,
     with_throughput: bool = True,
+    with_grids: bool = True,
 ) -> dict[str, Any]:
     """Run all three measurements; write ``bench.md`` and ``bench.json`` into ``out``."""
     from bench.grids_adapter import grid_configs
@@ -244,7 +245,7 @@ def run(
         suite.append(detect(subject, seeds, budget, rate_seeds, draws).row())
         print(f"bench: {subject.name} measured in {time.perf_counter() - began:.0f} s", file=sys.stderr, flush=True)
     grids = []
-    for grid, contract, configs in grid_configs():
+    for grid, contract, configs in grid_configs() if with_grids else ():
         catches = {}
         for s in chosen:
             if s.policy(contract) is None:
