@@ -158,6 +158,13 @@ REQUIRED_SYMBOLS = {
 import, so a moved or renamed one fails loudly, naming it."""
 
 
+def sglang_missing() -> str | None:
+    """Why the ``sglang`` subject cannot run here (SGLang not installed), without importing SGLang."""
+    if importlib.util.find_spec("sglang") is None:
+        return "SGLang is not installed; run scripts/install-sglang-cpu.sh"
+    return None
+
+
 @functools.cache
 def sglang_modules() -> types.SimpleNamespace:
     """Import SGLang's modules under test and check every symbol of :data:`REQUIRED_SYMBOLS`.
@@ -649,6 +656,8 @@ SGLANG_KNOWN_FAILURES: tuple[KnownFailure, ...] = (
         "(Gemma-4-26B-A4B TP=2, Step-3.7-Flash TP=8); open fix: PR #30888",
         "https://github.com/sgl-project/sglang/issues/30887",
         applies=_gated_rows_not_128,
+        raises=AssertionError,
+        match=r"The intermediate size required padding, but padding is also implemented for gated activations",
         backend=Nvfp4MoeBackend.FLASHINFER_CUTLASS.value,
     ),
     *(
@@ -660,6 +669,8 @@ SGLANG_KNOWN_FAILURES: tuple[KnownFailure, ...] = (
             "found by this suite, not reported upstream",
             f"{SGLANG_SOURCE}/layers/moe/moe_runner/flashinfer_trtllm.py",
             applies=_hidden_not_128,
+            raises=AssertionError,
+            match=r"rejected FC2 scales with \d+ rows: input_tensor\.shape\[0\]=\d+ must be a multiple of 128",
             backend=Nvfp4MoeBackend.FLASHINFER_TRTLLM.value,
             check=check,
         )
@@ -673,6 +684,8 @@ SGLANG_KNOWN_FAILURES: tuple[KnownFailure, ...] = (
         "settled by trtllm_fp4_block_scale_moe on a B200 at H = 2688 against the reference",
         f"{SGLANG_SOURCE}/layers/moe/moe_runner/flashinfer_trtllm.py",
         applies=_hidden_128_not_256,
+        raises=AssertionError,
+        match=r"hidden size \d+ is not a multiple of 256 \(FlashInfer 0\.7\.4: 128 gives wrong results\)",
         backend=Nvfp4MoeBackend.FLASHINFER_TRTLLM.value,
         check="check_flashinfer_accepts",
     ),
@@ -686,6 +699,8 @@ SGLANG_KNOWN_FAILURES: tuple[KnownFailure, ...] = (
             "64, 128 (N = 160 as control), M = 2..64, against the dequantized reference",
             f"{SGLANG_SOURCE}/layers/quantization/quark/schemes/quark_w4a4_mxfp4.py",
             applies=_small_n_asm_capable,
+            raises=AssertionError,
+            match=r"guard falls back to Triton for scale \(\d+, \d+\)",
             check=check,
         )
         for check in ("check_asm_guard_truth_table", "check_asm_taken_where_supported")
@@ -697,6 +712,8 @@ SGLANG_KNOWN_FAILURES: tuple[KnownFailure, ...] = (
         "Mxfp4MoEMethod's comment notes it); found by this suite, not reported upstream",
         f"{SGLANG_SOURCE}/layers/moe/fused_moe_triton/layer.py",
         applies=_hidden_256_over_128,
+        raises=AssertionError,
+        match=r"over-padding: H \d+ was padded to \d+, but \d+ is accepted",
         backend=Mxfp4MoeBackend.FLASHINFER_CUTLASS_SM90.value,
         check="check_minimal_and_idempotent",
     ),
@@ -708,6 +725,8 @@ SGLANG_KNOWN_FAILURES: tuple[KnownFailure, ...] = (
         "to SGLang",
         f"{SGLANG_SOURCE}/layers/quantization/mxfp4.py",
         applies=lambda config: _inter_128_over_64(config) or _hidden_256_over_128(config),
+        raises=AssertionError,
+        match=r"over-padding: [IH] \d+ was padded to \d+, but \d+ is accepted",
         backend=Mxfp4MoeBackend.MARLIN.value,
         check="check_minimal_and_idempotent",
     ),
@@ -724,5 +743,6 @@ register_subject(
             MXFP4_MOE: SglangMxfp4MoeAlignment(),
         },
         known_failures=SGLANG_KNOWN_FAILURES,
+        missing=sglang_missing,
     )
 )
