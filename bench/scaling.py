@@ -152,6 +152,8 @@ def slowest(run: dict[str, Any], n: int = 8) -> list[dict[str, Any]]:
 
 def throughput(nodes: list[str], profile: str, root: Path) -> dict[str, float]:
     """Examples per second of ``nodes`` run in one process with one torch thread in checkout ``root``."""
+    if not nodes:
+        return {}
     with tempfile.TemporaryDirectory() as tmp:
         cmd = [sys.executable, "-m", "pytest", *nodes, "-q", "-p", "no:cacheprovider", "-p", "no:xdist"]
         cmd += ["--hypothesis-profile", profile, "--results", tmp]
@@ -222,6 +224,10 @@ def markdown(report: dict[str, Any]) -> str:
         f"| `{s['property']}` | {s['examples']} | {s['seconds']} | {s['examples_per_second']} |"
         for s in report["slowest"]
     ]
+    if report.get("ab"):
+        out += ["", f"Slowest properties, one process, one torch thread: `{report['baseline']}` vs this checkout", ""]
+        out += ["| property | baseline examples/s | this examples/s | ratio |", "|---|---|---|---|"]
+        out += [f"| `{r['property']}` | {r['baseline']} | {r['this']} | {r['ratio']}x |" for r in report["ab"]]
     return "\n".join(out) + "\n"
 
 
