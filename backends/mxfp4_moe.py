@@ -140,7 +140,10 @@ RECORDS = (
         entry_point="flashinfer.trtllm_fp4_block_scale_routed_moe",
         requires=("flashinfer",),
         kernel_requires=("sm100", "flashinfer"),
-        sources=("https://github.com/sgl-project/sglang/pull/16824",),
+        sources=(
+            "flashinfer-python 0.7.4 flashinfer/fused_moe/core.py (get_w2_permute_indices_with_cache)",
+            "https://github.com/sgl-project/sglang/pull/16824",
+        ),
         # [up; gate] after FlashInfer's gated reorder: pairs (u_j, g_j); its prep then only row-shuffles.
         # trtllm-gen's 128-row FC1 tiles, hidden 256 for MXFP8 activations.
         fc1_layout=Fc1Layout.UP_GATE_INTERLEAVED,
@@ -157,7 +160,10 @@ RECORDS = (
         entry_point="flashinfer.fused_moe.cutlass_fused_moe (W4A16, use_w4_group_scaling)",
         requires=("flashinfer",),
         kernel_requires=("sm90", "flashinfer"),
-        sources=("https://github.com/sgl-project/sglang/issues/26250",),
+        sources=(
+            "flashinfer-python 0.7.4 flashinfer/fused_moe/prepare.py (interleave_moe_scales_for_sm90_mixed_gemm)",
+            "https://github.com/sgl-project/sglang/issues/26250",
+        ),
         # cutlass_fused_moe's w31 = [up; gate]: activation on the second half; K % 128 for the scale fold
         fc1_layout=Fc1Layout.UP_GATE,
         intermediate_multiple=sm90.SM90_ALIGNMENT,

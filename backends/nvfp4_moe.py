@@ -24,6 +24,7 @@ from adapters import flashinfer_moe_kernels as kernels
 from backends import BackendRecord, register
 from contracts.moe import NVFP4_MOE
 from reference.layouts import Fc1Layout
+from reference.moe import ActivationKind
 
 CONTRACT = NVFP4_MOE
 
@@ -87,7 +88,8 @@ class Nvfp4MoeRecord(BackendRecord):
     ``violations(Ip, Hp, gated)``: why the backend rejects padded sizes (empty: accepted).
     ``prepare(aligned, gated)``: the library's weight preparation the suite can undo (``None``: the
     kernel reads the padded tensors as they are). ``kernel(aligned, x, logits, top_k, activation,
-    scales, **valid_sizes)``: the kernel runner, output ``[T, Hp]``; ``tolerance``: its bound.
+    scales, **valid_sizes)``: the kernel runner, output ``[T, Hp]``; ``kernel_activations``: the
+    activations it runs (the adapter's table); ``tolerance``: its bound.
     ``padding_reference``: FlashInfer's ``pad_trtllm_moe_weights`` hidden alignment the kernel is
     compared with where the unpadded layer cannot run, and ``declares_valid_sizes``: whether that run
     passes ``valid_intermediate_size`` / ``valid_hidden_size``. ``kernel_hint(Ip)``: a triage note
@@ -101,6 +103,7 @@ class Nvfp4MoeRecord(BackendRecord):
     violations: Callable[[int, int, bool], list[str]]
     prepare: Callable[..., Any] | None = None
     kernel: Callable[..., torch.Tensor] | None = None
+    kernel_activations: tuple[ActivationKind, ...] = ()
     tolerance: Fp4OutputBound | None = None
     padding_reference: int | None = None
     declares_valid_sizes: bool = False
@@ -128,8 +131,8 @@ RECORDS = (
         requires=("flashinfer",),
         kernel_requires=("sm100", "flashinfer"),
         sources=(
+            "flashinfer-python 0.7.4 flashinfer/fused_moe/core.py (row-index helpers, pad_trtllm_moe_weights)",
             "https://github.com/vllm-project/vllm/issues/46879",
-            "https://github.com/flashinfer-ai/flashinfer/blob/v0.7.4/flashinfer/fused_moe/core.py",
         ),
         fc1_layout=Fc1Layout.UP_GATE,
         intermediate_multiple=64,
@@ -138,6 +141,7 @@ RECORDS = (
         violations=fi.trtllm_nvfp4_violations,
         prepare=kernels.trtllm_fp4_weights,
         kernel=kernels.run_trtllm_fp4_moe,
+        kernel_activations=tuple(kernels.TRTLLM_ACTIVATIONS),
         tolerance=FLASHINFER_FP4_BOUND,
         padding_reference=256,
         declares_valid_sizes=True,
@@ -149,8 +153,8 @@ RECORDS = (
         entry_point="flashinfer.fused_moe.cutlass_fused_moe",
         kernel_requires=("sm100", "flashinfer"),
         sources=(
+            "flashinfer-ai/flashinfer tests/moe/test_trtllm_cutlass_fused_moe.py (test_moe_nvfp4)",
             "https://github.com/vllm-project/vllm/issues/57125",
-            "https://github.com/flashinfer-ai/flashinfer/blob/v0.7.4/tests/moe/test_trtllm_cutlass_fused_moe.py",
         ),
         fc1_layout=Fc1Layout.UP_GATE,
         intermediate_multiple=64,
@@ -158,6 +162,7 @@ RECORDS = (
         hidden_multiple=16,
         violations=fi.cutlass_nvfp4_violations,
         kernel=kernels.run_cutlass_fp4_moe,
+        kernel_activations=tuple(kernels.CUTLASS_ACTIVATIONS),
         tolerance=FLASHINFER_FP4_BOUND,
         padding_reference=128,  # FC1's K then equals FC2's rows, the shape cutlass_fused_moe needs
     ),

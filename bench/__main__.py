@@ -1,7 +1,7 @@
 """``python -m bench``: detection power and speed of the suite vs. the libraries' fixed grids.
 
-``--quick`` (one seed, no throughput pass) fits in CI and exits non-zero unless the suite
-catches every shipped known-bad subject.
+``--quick`` (one seed, 25-example budget, no throughput pass) fits in CI and exits non-zero
+unless the ``ci`` run with its pins catches every chosen known-bad subject.
 """
 
 from __future__ import annotations
@@ -10,20 +10,44 @@ import argparse
 import sys
 from pathlib import Path
 
-from bench.run import run
+from bench.run import readme_section, run, update_readme
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m bench", description=__doc__.splitlines()[0])
-    parser.add_argument("--quick", action="store_true", help="one seed, no throughput; assert every bug is caught")
-    parser.add_argument("--seeds", type=int, default=5, help="seeds per known-bad subject (default 5)")
-    parser.add_argument("--subject", action="append", help="only these subjects (repeatable)")
+    parser.add_argument(
+        "--quick", action="store_true", help="one seed, budget 25, no throughput; assert every bug is caught"
+    )
+    parser.add_argument("--seeds", type=int, default=20, help="Hypothesis seeds 0..N-1 per subject (default 20)")
+    parser.add_argument(
+        "--budget", type=int, default=200, help="generated examples per property and seed (default 200)"
+    )
+    parser.add_argument(
+        "--rate-seeds", type=int, default=5, help="seeds whose every example is checked for failure rates (default 5)"
+    )
+    parser.add_argument(
+        "--subject", action="append", help="only these subjects: a registered name or package.module:attr (repeatable)"
+    )
+    parser.add_argument("--no-throughput", action="store_true", help="skip the pytest throughput pass")
     parser.add_argument("--out", type=Path, default=Path("results/bench"), help="output folder")
+    parser.add_argument("--readme", type=Path, help="also rewrite this README's generated bench section")
     args = parser.parse_args(argv)
     seeds = [0] if args.quick else list(range(args.seeds))
-    report = run(seeds, args.out, args.quick, args.subject)
+    budget = 25 if args.quick else args.budget
+    report = run(
+        seeds,
+        args.out,
+        budget=budget,
+        rate_seeds=1 if args.quick else args.rate_seeds,
+        subjects=args.subject,
+        with_throughput=not (args.quick or args.no_throughput),
+    )
     print((args.out / "bench.md").read_text())
-    missed = [r["subject"] for r in report["suite"] if not r["caught"].startswith(f"{len(seeds)}/")]
+    if args.readme:
+        options = "--quick" if args.quick else f"--seeds {args.seeds} --budget {budget} --rate-seeds {args.rate_seeds}"
+        options += "".join(f" --subject {s}" for s in args.subject or ())
+        update_readme(args.readme, readme_section(report, f"python -m bench {options}"))
+    missed = [r["subject"] for r in report["suite"] if not r["with_pins"]["caught"].startswith(f"{len(seeds)}/")]
     if args.quick and missed:
         print(f"NOT CAUGHT on every seed: {', '.join(missed)}", file=sys.stderr)
         return 1

@@ -2,10 +2,10 @@
 
 Three measurements, written as Markdown and JSON under ``--out``:
 
-1. **Suite.** For every shipped known-bad subject and every seed, the conformance suite runs in
-   a fresh pytest process under the ``bench`` Hypothesis profile (no database, no ``@example``
-   pins: generation alone), and the plugin's per-test statistics give the examples and wall
-   seconds until each property's first failure and the shrunk counterexample.
+1. **Suite.** For every known-bad subject (or the ``--subject`` ones), :mod:`bench.detection`
+   calls the conformance checks in-process on the configurations Hypothesis generates under
+   each seed: with the pinned ``@example`` s, generation only, and generation after the
+   seed-independent prefix (search power).
 2. **Fixed grids.** Every grid of :mod:`bench.grids` (shapes from FlashInfer's and vLLM's test
    files, named there) is mapped to the contract's configuration and every check of the
    contract runs on it in-process; a subject is caught by a grid if any check fails on any point.
@@ -14,127 +14,46 @@ Three measurements, written as Markdown and JSON under ``--out``:
 
 from __future__ import annotations
 
-import dataclasses
-import importlib
 import json
 import os
-import statistics
+import platform
 import subprocess
 import sys
 import tempfile
 import time
 from collections.abc import Callable, Iterable
+from importlib import metadata
 from pathlib import Path
 from typing import Any
 
+from bench.detection import CHECK_MODULES, GOAL_RATE, GOAL_SEEDS, Draws, checks_of_module, detect
 from harness.hardware import machine
-from subjects.registry import Subject, backends, known_bad, named_subjects
+from subjects.registry import Subject, backends, known_bad, resolve
 
 ROOT = Path(__file__).resolve().parent.parent
-CHECK_MODULES = (
-    "conformance.test_nvfp4_moe",
-    "conformance.test_mxfp4_moe",
-    "conformance.test_mxfp4_linear",
-    "conformance.test_shared_expert",
-)
+VERSIONS = ("torch", "hypothesis", "flashinfer-python", "amd-aiter", "vllm")
 
 
 def run_suite(
     subject: str, seed: int, profile: str, targets: Iterable[str] = ("conformance",), extra: Iterable[str] = ()
 ) -> dict[str, dict[str, Any]]:
-    """Run the conformance ``targets`` once for ``subject``; returns the plugin's per-test statistics."""
+    """Run the conformance ``targets`` once in pytest for ``subject``; returns the plugin's per-test statistics.
+
+    The repository root is prepended to ``PYTHONPATH`` (an external subject's own path is kept).
+    """
     with tempfile.TemporaryDirectory() as tmp:
         cmd = [
             sys.executable, "-m", "pytest", *targets, "-q", "-p", "no:cacheprovider", "-p", "no:xdist",
             "--subject", subject, "--hypothesis-profile", profile, f"--hypothesis-seed={seed}",
             "--results", tmp, *extra,
         ]  # fmt: skip
-        env = {**os.environ, "PYTHONPATH": str(ROOT)}
+        path = os.pathsep.join(p for p in (str(ROOT), os.getcwd(), os.environ.get("PYTHONPATH")) if p)
+        env = {**os.environ, "PYTHONPATH": path}
         subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=3600)
         stats: dict[str, dict[str, Any]] = {}
         for path in Path(tmp).glob("stats-*.json"):
             stats.update(json.loads(path.read_text()))
         return stats
-
-
-@dataclasses.dataclass
-class Detection:
-    """How the suite found one known-bad subject over several seeds."""
-
-    subject: str
-    reproduces: str
-    caught_seeds: int
-    seeds: int
-    examples: list[int]
-    seconds: list[float]
-    property: str | None
-    counterexample: str | None
-
-    def row(self) -> dict[str, Any]:
-        def med(xs: list[float]) -> float | None:
-            return statistics.median(xs) if xs else None
-
-        return {
-            "subject": self.subject,
-            "reproduces": self.reproduces,
-            "caught": f"{self.caught_seeds}/{self.seeds}",
-            "median_examples": med(self.examples),
-            "worst_examples": max(self.examples, default=None),
-            "median_seconds": med(self.seconds),
-            "worst_seconds": max(self.seconds, default=None),
-            "first_property": self.property,
-            "shrunk_counterexample": self.counterexample,
-        }
-
-
-def contract_modules(subject: Subject) -> list[str]:
-    """The conformance module paths holding checks of the subject's contracts."""
-    paths = []
-    for module_name in CHECK_MODULES:
-        if any(checks_of_module(module_name, c) for c in subject.policies):
-            paths.append(module_name.replace(".", "/") + ".py")
-    return paths
-
-
-def detect(subject: Subject, seeds: list[int], quick: bool) -> Detection:
-    """How fast the suite finds the subject's bug.
-
-    First the subject's contract modules run under the ``ci`` profile (pinned regressions
-    included) to find the properties that catch it; ``quick`` stops there, which is what CI
-    asserts. Otherwise every seed reruns those properties under the ``bench`` profile (no
-    database, no pins: generation alone), and per seed the property that failed after the fewest
-    generated examples counts.
-    """
-    stats = run_suite(subject.name, seeds[0], "ci", contract_modules(subject), ["-x"] if quick else [])
-    failing = [(s["first_failure_example"], node, s) for node, s in stats.items() if s["first_failure_example"]]
-    if quick or not failing:
-        first = min(failing, key=lambda t: t[0], default=None)
-        return Detection(
-            subject.name, subject.reproduces, int(first is not None), 1,
-            [first[0]] if first else [], [round(first[2]["first_failure_seconds"], 3)] if first else [],
-            first[1] if first else None, first[2]["counterexample"] if first else None,
-        )  # fmt: skip
-    targets = sorted({node for _, node, _ in failing})
-    examples, seconds, best = [], [], None
-    for seed in seeds:
-        stats = run_suite(subject.name, seed, "bench", targets)
-        failing = [(s["first_failure_example"], node, s) for node, s in stats.items() if s["first_failure_example"]]
-        if not failing:
-            continue
-        n, node, s = min(failing, key=lambda t: (t[0], t[2]["first_failure_seconds"]))
-        examples.append(n)
-        seconds.append(round(s["first_failure_seconds"], 3))
-        best = best or (node, s["counterexample"])
-    return Detection(
-        subject.name, subject.reproduces, len(examples), len(seeds), examples, seconds,
-        best[0] if best else None, best[1] if best else None,
-    )  # fmt: skip
-
-
-def checks_of_module(module_name: str, contract: str) -> list[Callable[..., None]]:
-    """The ``@check`` functions of ``contract`` defined in one conformance module."""
-    module = importlib.import_module(module_name)
-    return [fn for fn in vars(module).values() if getattr(fn, "__fp4_check__", (None,))[0] == contract]
 
 
 def checks_of(contract: str) -> list[Callable[..., None]]:
@@ -175,24 +94,47 @@ def throughput(seed: int = 0) -> list[dict[str, Any]]:
     return rows
 
 
+def _figure(f: dict[str, Any]) -> str:
+    return f"{f['caught']}, {f['median_examples']} / {f['worst_examples']}"
+
+
+def _rate(f: dict[str, Any]) -> str:
+    return "—" if f["failure_rate"] is None else f"{100 * f['failure_rate']:.1f} % ({f['failing_examples']})"
+
+
 def markdown(report: dict[str, Any]) -> str:
     """Render the report as Markdown tables."""
-    out = [f"# fp4-conformance bench ({report['machine']}, {report['date']})", ""]
-    mode = (
-        "quick: `ci` profile with the pinned regressions, first failure only"
-        if report["quick"]
-        else f"generation only (`bench` profile, no pinned examples), seeds {report['seeds']}"
-    )
-    out += [f"## Known-bad subjects: the suite ({mode})", ""]
-    out += ["| subject | reproduces | caught | median / worst examples | median / worst s | first property |"]
-    out += ["|---|---|---|---|---|---|"]
+    seeds, budget = report["seeds"], report["budget"]
+    out = [f"# fp4-conformance bench ({report['date']})", ""]
+    out += [f"Machine: {report['machine']}. Versions: {report['versions']}. Wall time: {report['wall_seconds']} s.", ""]
+    out += [f"## Known-bad subjects: detection over {len(seeds)} seeds", ""]
+    out += [
+        "Caught seeds, then median / worst examples to the first failure per seed (examples counted per "
+        f"property; `>{budget}` / `>25`: not caught within the budget). *With pins*: the `ci` profile as "
+        "shipped (pinned `@example`s first, 25 generated). *Generation only*: no pins, 25 examples per "
+        f"property (the ci-without-pins catch rate) and up to {budget} for the failure rate. *Search power*: "
+        f"the {budget}-example generation after the seed-independent prefix (its length in examples in "
+        "brackets). Failure rates: failing / generated examples of the subject's best property over "
+        f"{report['rate_seeds']} seeds. Goal: ci without pins ≥ {GOAL_SEEDS:.0%} of seeds and search power ≥ "
+        f"{GOAL_RATE:.0%}.",
+        "",
+    ]
+    out += [
+        "| subject | with pins (ci) | generation only: ci, 25 | generation only: rate "
+        f"| search power: {budget} (prefix) | search power: rate | falls short |"
+    ]
+    out += ["|---|---|---|---|---|---|---|"]
     for r in report["suite"]:
         out.append(
-            f"| {r['subject']} | {r['reproduces']} | {r['caught']} | {r['median_examples']} / {r['worst_examples']} "
-            f"| {r['median_seconds']} / {r['worst_seconds']} | `{r['first_property']}` |"
+            f"| `{r['subject']}` | {_figure(r['with_pins'])} | {_figure(r['ci_without_pins'])} "
+            f"| {_rate(r['generation'])} | {_figure(r['search_power'])} ({r['prefix']}) "
+            f"| {_rate(r['search_power'])} | {r['shortfall'] or '—'} |"
         )
-    out += ["", "Shrunk counterexamples:", ""]
-    out += [f"- {r['subject']}: {r['shrunk_counterexample']}" for r in report["suite"]]
+    out += ["", "Best property and first search-power counterexample per subject:", ""]
+    out += [
+        f"- `{r['subject']}` ({r['reproduces']}): `{r['search_power']['best_property']}`; {r['counterexample']}"
+        for r in report["suite"]
+    ]
     out += ["", "## Fixed grids: which known-bad subjects each catches", ""]
     out += ["| grid | source | distinct shapes run | catches | misses |", "|---|---|---|---|---|"]
     for g in report["grids"]:
@@ -205,22 +147,94 @@ def markdown(report: dict[str, Any]) -> str:
         hits = [g["name"] for g in report["grids"] if g["catches"].get(r["subject"]) == "caught"]
         runs = [g for g in report["grids"] if r["subject"] in g["catches"]]
         out.append(f"- {r['subject']}: {len(hits)} of {len(runs)} grids ({', '.join(hits) or 'none'})")
-    out += ["", "## Throughput (built-in subject, ci profile)", "", "| property | examples | s | examples/s |"]
-    out += ["|---|---|---|---|"]
-    out += [
-        f"| `{t['property']}` | {t['examples']} | {t['seconds']} | {t['examples_per_second']} |"
-        for t in report["throughput"]
-    ]
+    if report["throughput"]:
+        out += ["", "## Throughput (built-in subject, ci profile)", "", "| property | examples | s | examples/s |"]
+        out += ["|---|---|---|---|"]
+        out += [
+            f"| `{t['property']}` | {t['examples']} | {t['seconds']} | {t['examples_per_second']} |"
+            for t in report["throughput"]
+        ]
     return "\n".join(out) + "\n"
 
 
-def run(seeds: list[int], out: Path, quick: bool, subjects: list[str] | None = None) -> dict[str, Any]:
+README_START, README_END = "<!-- bench:start -->", "<!-- bench:end -->"
+
+
+def readme_section(report: dict[str, Any], command: str) -> str:
+    """The README's bench results, generated from a report: conditions, then one row per subject."""
+    seeds, budget = len(report["seeds"]), report["budget"]
+    grid_hits = {
+        r["subject"]: (
+            sum(g["catches"].get(r["subject"]) == "caught" for g in report["grids"]),
+            sum(r["subject"] in g["catches"] for g in report["grids"]),
+        )
+        for r in report["suite"]
+    }
+    out = [
+        README_START,
+        f"Generated by `{command}` on {report['date']}: {report['machine']}; {report['versions']}; "
+        f"{report['wall_seconds']} s wall time.",
+        "",
+        f"Over {seeds} seeds per subject: caught seeds, then median / worst examples to the first failure "
+        f"(`>{budget}`: not within the budget). Rates: failing / generated examples of the best property over "
+        f"{report['rate_seeds']} seeds x {budget} examples.",
+        "",
+        "| known-bad subject | with pins (ci) | ci without pins (25 examples) | generation rate "
+        "| search power (after the prefix) | search-power rate | fixed grids that catch it | falls short |",
+        "|---|---|---|---|---|---|---|---|",
+    ]
+    for r in report["suite"]:
+        hits, runs = grid_hits[r["subject"]]
+        out.append(
+            f"| `{r['subject']}` | {_figure(r['with_pins'])} | {_figure(r['ci_without_pins'])} "
+            f"| {_rate(r['generation'])} | {_figure(r['search_power'])} | {_rate(r['search_power'])} "
+            f"| {hits} of {runs} | {r['shortfall'] or '—'} |"
+        )
+    return "\n".join([*out, README_END])
+
+
+def update_readme(path: Path, section: str) -> None:
+    """Replace the text between :data:`README_START` and :data:`README_END` in ``path`` with ``section``."""
+    text = path.read_text()
+    start, end = text.index(README_START), text.index(README_END) + len(README_END)
+    path.write_text(text[:start] + section + text[end:])
+
+
+def versions() -> str:
+    """Python and the versions of the libraries the suite runs (absent ones left out)."""
+    found = [f"Python {platform.python_version()}"]
+    for name in VERSIONS:
+        try:
+            found.append(f"{name} {metadata.version(name)}")
+        except metadata.PackageNotFoundError:
+            continue
+    return ", ".join(found)
+
+
+def chosen_subjects(specs: list[str] | None) -> list[Subject]:
+    """The named subjects (registered names or ``package.module:attribute``), else every known-bad one."""
+    return [resolve(spec) for spec in specs] if specs else list(known_bad().values())
+
+
+def run(
+    seeds: list[int],
+    out: Path,
+    *,
+    budget: int,
+    rate_seeds: int | None,
+    subjects: list[str] | None = None,
+    with_throughput: bool = True,
+) -> dict[str, Any]:
     """Run all three measurements; write ``bench.md`` and ``bench.json`` into ``out``."""
     from bench.grids_adapter import grid_configs
 
-    bad = known_bad()
-    chosen = [bad[n] if n in bad else named_subjects()[n] for n in subjects] if subjects else list(bad.values())
-    suite = [detect(s, seeds, quick).row() for s in chosen]
+    start = time.perf_counter()
+    chosen = chosen_subjects(subjects)
+    suite, draws = [], Draws()
+    for subject in chosen:
+        began = time.perf_counter()
+        suite.append(detect(subject, seeds, budget, rate_seeds, draws).row())
+        print(f"bench: {subject.name} measured in {time.perf_counter() - began:.0f} s", file=sys.stderr, flush=True)
     grids = []
     for grid, contract, configs in grid_configs():
         catches = {}
@@ -234,13 +248,16 @@ def run(seeds: list[int], out: Path, quick: bool, subjects: list[str] | None = N
         grids.append({"name": grid.name, "source": grid.source, "points": len(configs), "catches": catches})
     report = {
         "machine": machine().describe(),
-        "date": time.strftime("%Y-%m-%d %H:%M"),
+        "versions": versions(),
+        "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
         "seeds": seeds,
-        "quick": quick,
+        "budget": budget,
+        "rate_seeds": min(rate_seeds or len(seeds), len(seeds)),
         "suite": suite,
         "grids": grids,
-        "throughput": [] if quick else throughput(),
+        "throughput": throughput() if with_throughput else [],
     }
+    report["wall_seconds"] = round(time.perf_counter() - start)
     out.mkdir(parents=True, exist_ok=True)
     (out / "bench.json").write_text(json.dumps(report, indent=2))
     (out / "bench.md").write_text(markdown(report))

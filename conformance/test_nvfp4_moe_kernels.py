@@ -33,6 +33,7 @@ from collections.abc import Callable
 import pytest
 import torch
 from hypothesis import given, settings
+from hypothesis.strategies import SearchStrategy
 
 from adapters import flashinfer_moe_kernels as kernels
 from backends import record
@@ -43,8 +44,7 @@ from contracts.moe import AlignedMoe, MoeAlignment
 from harness.repro import check, record_event, record_target, run_check
 from reference.formats import E2M1_MAX, E4M3_MAX, NVFP4_BLOCK, GlobalScale, nvfp4_dequantize, nvfp4_quantize
 from reference.moe import GateUpOrder, moe_reference, route
-from strategies.catalog import GEGLU, RELU2, SWIGLU
-from strategies.moe import MoeShape, moe_shapes, pinned_shape
+from strategies.moe import ACTIVATIONS, MoeShape, moe_shapes, pinned_shape
 from strategies.pins import pinned_examples
 from strategies.tensors import MoeCase, dequantize_moe, real_channels
 
@@ -68,9 +68,14 @@ def on_kernel(shape: MoeShape) -> MoeShape:
     return dataclasses.replace(shape, experts=KERNEL_EXPERTS * shape.experts)
 
 
-TRTLLM_SHAPES = moe_shapes(group=NVFP4_BLOCK, activations=(SWIGLU, GEGLU, RELU2))
-"""trtllm-gen shapes: gpt-oss's clamped SwiGLU is left out (see ``TRTLLM_ACTIVATIONS``)."""
-CUTLASS_SHAPES = moe_shapes(group=NVFP4_BLOCK)
+def kernel_shapes(backend: Nvfp4MoeBackend) -> SearchStrategy[MoeShape]:
+    """MoE shapes whose activation the backend's kernel runs (its record's ``kernel_activations``)."""
+    kinds = record(backend).kernel_activations
+    return moe_shapes(group=NVFP4_BLOCK, activations=tuple(a for a in ACTIVATIONS if a.kind in kinds))
+
+
+TRTLLM_SHAPES = kernel_shapes(Nvfp4MoeBackend.FLASHINFER_TRTLLM)
+CUTLASS_SHAPES = kernel_shapes(Nvfp4MoeBackend.FLASHINFER_CUTLASS)
 REGRESSIONS = (
     pinned_shape("gemma-4-26b-a4b", 4),  # vLLM #46879: I 176 -> 192 (≡ 64 mod 128), GeGLU
     pinned_shape("gemma-4-26b-a4b", 2),  # vLLM #55649: I 352 -> 384, per-half padding

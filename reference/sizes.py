@@ -49,3 +49,20 @@ def whole_block_split(size: int, tp: int, group: int) -> tuple[int, ...]:
     require(size % group == 0, f"size {size} is not a whole number of {group}-element blocks")
     per_rank = -(-(size // group) // tp) * group
     return tuple(max(0, min(per_rank, size - r * per_rank)) for r in range(tp))
+
+
+def padded_split(size: int, tp: int, multiple: int) -> tuple[int, ...]:
+    """Real channels per rank when a loader gives every rank a buffer of ``ru(size/tp, multiple)``
+    channels and fills the ranks' buffers in order from the checkpoint.
+
+    SGLang's padded loading (``FusedMoE._load_w13`` / ``_load_w2`` with
+    ``narrow_padded_param_and_loaded_weight``, taken under ``flashinfer_trtllm``) reads rank ``r``'s
+    channels from ``r·ru(size/tp, multiple)``: whole padded blocks per rank, so the last ranks hold
+    fewer real channels than their buffer, possibly none (Gemma-4 I = 704 at TP=2: 384 and 320, not
+    352 and 352). ``size % tp == 0`` is required (SGLang asserts it). Returns each rank's real channel
+    count, ``sum == size``; with ``size % multiple == 0`` it equals ``whole_block_split(size, tp, multiple)``.
+    """
+    require(tp >= 1 and multiple >= 1, f"need tp >= 1 and multiple >= 1, got {tp}, {multiple}")
+    require(size % tp == 0, f"size {size} does not split evenly over {tp} ranks")
+    per_rank = round_up(size // tp, multiple)
+    return tuple(max(0, min(per_rank, size - r * per_rank)) for r in range(tp))

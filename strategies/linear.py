@@ -25,6 +25,7 @@ import torch
 from hypothesis import strategies as st
 
 from reference.formats import MXFP4_BLOCK
+from strategies.boundaries import SPECIAL_SIZES, boundary_sizes, moduli_for
 from strategies.catalog import MODELS, TP_DEGREES, Parallel
 from strategies.config import Config
 from strategies.moe import reduce_size
@@ -208,22 +209,47 @@ def _catalog_shape(draw: st.DrawFn, layers: list[LinearLayer], tp: int | None) -
     return linear_shape(layer, tp, parallel, draw(token_counts()), draw(st.integers(0, 2**16)))
 
 
-def adversarial_scale_rows() -> st.SearchStrategy[int]:
-    """Scale rows (= N): the smallest swizzlable count 32 and the forced-Triton 96, multiples of 32,
-    or any positive count."""
-    return st.one_of(st.sampled_from((32, 96)), st.integers(1, 128).map(lambda a: 32 * a), st.integers(1, 4096))
+ROWS_RULE, COLS_RULE = "mxfp4_linear.scale_rows", "mxfp4_linear.scale_cols"
+GUARD_RULES = ("rows", "cols", "forced rows")
+"""The ASM guard's rules a drawn scale shape straddles: the swizzle's ``rows % 32`` and
+``cols % 8``, and the row counts vLLM forces to Triton."""
 
 
-def adversarial_scale_cols() -> st.SearchStrategy[int]:
-    """Scale columns (= K/32): multiples of 8 (K % 256 == 0), or any positive count."""
-    return st.one_of(st.integers(1, 64).map(lambda a: 8 * a), st.integers(1, 512))
+_ROWS = boundary_sizes(unit=1, moduli=moduli_for(ROWS_RULE))
+_COLS = boundary_sizes(unit=1, moduli=moduli_for(COLS_RULE))
+_WHOLE_ROWS = st.integers(1, 64).map(lambda a: 32 * a)
+_WHOLE_COLS = st.integers(1, 64).map(lambda a: 8 * a)
+
+
+@st.composite
+def guard_boundary_scales(draw: st.DrawFn) -> tuple[int, int]:
+    """A 2-D scale shape ``(rows, cols)`` straddling one rule of the ASM guard while the others hold.
+
+    ``rows``: rows on, one off and half-way between multiples of 32 and the powers of two up to
+    256 (:func:`strategies.boundaries.boundary_sizes`), cols a multiple of 8; ``cols``: cols
+    likewise around multiples of 8 (``cols ≡ 4 (mod 8)`` included), rows a multiple of 32;
+    ``forced rows``: a row count vLLM sends to Triton (96), cols a multiple of 8 (so only that rule
+    decides). Shrinks to the ``rows`` rule at 32 rows, 8 columns.
+    """
+    rule = draw(st.sampled_from(GUARD_RULES))
+    if rule == "rows":
+        return draw(_ROWS), draw(_WHOLE_COLS)
+    if rule == "cols":
+        return draw(_WHOLE_ROWS), draw(_COLS)
+    return draw(st.sampled_from(SPECIAL_SIZES[ROWS_RULE])), draw(_WHOLE_COLS)
+
+
+def adversarial_scale_shapes() -> st.SearchStrategy[tuple[int, int]]:
+    """2-D scale shapes: :func:`guard_boundary_scales`, or any rows in ``[1, 4096]`` and columns in
+    ``[1, 512]``. Shrinks to the guard's boundary at ``(32, 8)``."""
+    return st.one_of(guard_boundary_scales(), st.tuples(st.integers(1, 4096), st.integers(1, 512)))
 
 
 @st.composite
 def _adversarial_shape(draw: st.DrawFn, tp: int | None) -> Mxfp4LinearShape:
     tp = tp if tp is not None else draw(st.sampled_from(TP_DEGREES))
     parallel = Parallel.REPLICATED if tp == 1 else draw(st.sampled_from(list(Parallel)))
-    n, cols = draw(adversarial_scale_rows()), draw(adversarial_scale_cols())
+    n, cols = draw(adversarial_scale_shapes())
     out = n * tp if parallel is Parallel.COLUMN else n
     k_in = MXFP4_BLOCK * cols * (tp if parallel is Parallel.ROW else 1)
     layer = LinearLayer("adversarial", "linear", k_in, out, parallel, replicable=True)
@@ -255,19 +281,26 @@ class ScaleShapeCase(Config):
         return f"scale shape {tuple(self.shape)} ({self.origin})"
 
 
+SCALE_SHAPE_KINDS = ("layer", "boundary", "boundary", "boundary", "not-2-D")
+"""Where a guard's scale shape comes from: three in five on the guard's boundaries
+(:func:`guard_boundary_scales`), one rank-local layer (:func:`linear_shapes`: catalogued and
+adversarial), one not 2-D."""
+
+
 @st.composite
 def scale_shapes(draw: st.DrawFn) -> ScaleShapeCase:
-    """Real rank-local scale shapes, adversarial 2-D shapes (rows, cols >= 1) and non-2-D shapes.
+    """Rank-local layers' scale shapes, 2-D shapes on the guard's boundaries (rows, cols >= 1) and
+    non-2-D shapes (:data:`SCALE_SHAPE_KINDS`); shrinks to a layer's shape.
 
     Empty scales are not drawn: ``(0, c)`` passes vLLM's modulo checks and torch's view, but no
     layer has zero rows (``asm_scale_swizzle_ok`` rejects it).
     """
-    kind = draw(st.sampled_from(("layer", "adversarial", "not-2-D")))
+    kind = SCALE_SHAPE_KINDS[draw(st.integers(0, len(SCALE_SHAPE_KINDS) - 1))]
     if kind == "layer":
         s = draw(linear_shapes())
         return ScaleShapeCase(tuple(s.scale_shape), f"{s.model} {s.layer} TP={s.tp} {s.parallel.value}")
-    if kind == "adversarial":
-        return ScaleShapeCase((draw(adversarial_scale_rows()), draw(adversarial_scale_cols())), "adversarial")
+    if kind == "boundary":
+        return ScaleShapeCase(draw(guard_boundary_scales()), "adversarial")
     ndim = draw(st.sampled_from((1, 3, 4)))
     dims = draw(st.lists(st.integers(1, 64), min_size=ndim, max_size=ndim))
     return ScaleShapeCase(tuple(dims), "not 2-D")

@@ -13,12 +13,15 @@ length of a short rank's zero tail.
 from __future__ import annotations
 
 import enum
+import functools
 from dataclasses import dataclass
 
 from hypothesis import strategies as st
 
+from reference.formats import MXFP4_BLOCK, NVFP4_BLOCK
 from reference.moe import Activation
 from reference.sizes import whole_block_split
+from strategies.boundaries import boundary_sizes, moduli_for
 from strategies.catalog import GEGLU, GPT_OSS, MODELS, RELU2, SWIGLU, TP_DEGREES, Loader, ModelShape
 from strategies.config import Config
 from strategies.pins import current_pin
@@ -95,16 +98,43 @@ def _catalog_layer(draw: st.DrawFn) -> tuple[ModelShape, int, bool]:
     return m, tp, ep
 
 
+HIDDEN_UNIT = 32
+"""Adversarial hidden sizes are whole 32-element MXFP4 blocks (and so whole NVFP4 blocks)."""
+CONTRACT_OF_GROUP = {NVFP4_BLOCK: "nvfp4_moe", MXFP4_BLOCK: "mxfp4_moe"}
+
+
+@functools.cache
+def adversarial_sizes(group: int) -> st.SearchStrategy[tuple[int, int]]:
+    """``(local intermediate, hidden)`` of an adversarial rank, aimed at the backends' rules.
+
+    Each size is either on / next to / half-way between multiples of the rules' moduli
+    (:func:`strategies.boundaries.boundary_sizes`, whole ``group``-element blocks for the
+    intermediate size, whole 32-element blocks for the hidden size) or any whole number of blocks.
+    Shrinks to ``(group, 32)``'s neighbourhood: the smallest modulus, on its boundary.
+    """
+    contract = CONTRACT_OF_GROUP[group]
+    intermediate = st.one_of(
+        boundary_sizes(unit=group, moduli=moduli_for(f"{contract}.intermediate", unit=group)),
+        st.integers(1, 32).map(lambda a: group * a),
+    )
+    hidden = st.one_of(
+        boundary_sizes(unit=HIDDEN_UNIT, moduli=moduli_for(f"{contract}.hidden", unit=HIDDEN_UNIT)),
+        st.integers(1, 96).map(lambda a: HIDDEN_UNIT * a),
+    )
+    return st.tuples(intermediate, hidden)
+
+
 @st.composite
 def moe_shapes(draw: st.DrawFn, group: int = 16, activations: tuple[Activation, ...] = ACTIVATIONS) -> MoeShape:
-    """A :class:`MoeShape` for quantization group ``group`` (16 NVFP4, 32 MXFP4)."""
+    """A :class:`MoeShape` for quantization group ``group`` (16 NVFP4, 32 MXFP4): a catalogued model's
+    rank or an adversarial one (:func:`adversarial_sizes`); shrinks to the adversarial TP=1 rank."""
     pin = current_pin()
     adversarial = pin.model is None and draw(st.booleans())
     if adversarial:
         tp = pin.tp if pin.tp is not None else draw(st.sampled_from(TP_DEGREES))
         ep = bool(pin.ep)
-        local = group * draw(st.integers(1, 32))
-        m = ModelShape("adversarial", 32 * draw(st.integers(1, 96)), local * tp, 0, 8, 8, SWIGLU)
+        local, hidden = draw(adversarial_sizes(group))
+        m = ModelShape("adversarial", hidden, local * tp, 0, 8, 8, SWIGLU)
         activation = draw(st.sampled_from(activations))
     else:
         m, tp, ep = draw(_catalog_layer())

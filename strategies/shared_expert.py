@@ -3,18 +3,22 @@
 A case is one MoE block's shared expert (global intermediate size ``I``, hidden size ``H``) under
 a parallel configuration (TP degree, EP, sequence parallelism), a quantization group (32 for
 Quark OCP-MX, None otherwise) and the AITER fused-shared-experts switch and compatibility.
-Sizes come from the model catalogue (``I = 0`` included: models without a shared expert) or are
-adversarial (multiples of 32, vLLM's unit-test values 640 / 672, any size). Nothing is reduced:
-the decision and the linear guard only need sizes.
+Sizes come from the catalogued models with a shared expert or, two times in three, are
+adversarial (:func:`shared_intermediate_sizes`: around multiples of ``32·tp``, vLLM's unit-test
+values 0 / 640 / 672, any size). Nothing is reduced: the decision and the linear guard only need
+sizes.
 """
 
 from __future__ import annotations
 
+import enum
+import functools
 from dataclasses import dataclass
 
 from hypothesis import strategies as st
 
 from contracts.shared_expert import SharedExpertPlacement, SharedExpertSetup
+from strategies.boundaries import boundary_sizes, moduli_for
 from strategies.catalog import MODELS, TP_DEGREES
 from strategies.config import Config
 from strategies.linear import LinearLayer, Mxfp4LinearShape, Parallel, linear_shape, rank_local
@@ -84,29 +88,64 @@ def shared_expert_case(
     )
 
 
+SHARED_EXPERT_MODELS = tuple(sorted(name for name, m in MODELS.items() if m.shared_intermediate > 0))
+"""Catalogued models with a shared expert (models without one only reach ``ABSENT``, which the
+adversarial size 0 covers)."""
+
+
+class FseState(enum.Enum):
+    """AITER fused shared experts as the decision reads it: off, or on with a compatible or an
+    incompatible quantization (the compatibility is not read while the switch is off)."""
+
+    OFF = "off"
+    COMPATIBLE = "on, compatible"
+    INCOMPATIBLE = "on, incompatible"
+
+
+@functools.cache
+def shared_intermediate_sizes(tp: int) -> st.SearchStrategy[int]:
+    """Adversarial shared-expert sizes at degree ``tp``: on, one channel off and half-way between
+    multiples of ``32·tp`` and the powers of two up to 256 (a whole-group split, one not divisible
+    by ``tp``, one that cuts a group; :func:`strategies.boundaries.boundary_sizes`), vLLM's unit-test
+    values 0 / 640 / 672, or any size up to 8192. Shrinks to 8."""
+    return st.one_of(
+        boundary_sizes(unit=1, moduli=moduli_for("shared_expert.intermediate", scale=tp)),
+        st.sampled_from((0, 640, 672)),
+        st.integers(1, 8192),
+    )
+
+
 @st.composite
 def shared_expert_cases(draw: st.DrawFn) -> SharedExpertCase:
-    """A :class:`SharedExpertCase`, honouring ``--model`` / ``--tp`` / ``--ep`` pins."""
+    """A :class:`SharedExpertCase`, honouring ``--model`` / ``--tp`` / ``--ep`` pins.
+
+    The TP degree is drawn first so adversarial sizes aim at its ``32·tp`` boundary
+    (:func:`shared_intermediate_sizes`); the FSE switch and its compatibility are drawn as one
+    :class:`FseState`. Shrinks to a catalogued model at TP=1, group 32, no EP / SP, FSE off.
+    """
     pin = current_pin()
-    if pin.model is None and draw(st.booleans()):
+    tp = pin.tp if pin.tp is not None else draw(st.sampled_from(TP_DEGREES))
+    if pin.model is None and draw(st.integers(0, 2)) > 0:  # two in three adversarial: misaligned sizes live there
         model = "adversarial"
         hidden = 32 * draw(st.integers(1, 256))
-        intermediate = draw(
-            st.one_of(st.sampled_from((0, 640, 672)), st.integers(1, 256).map(lambda a: 32 * a), st.integers(1, 8192))
-        )
+        intermediate = draw(shared_intermediate_sizes(tp))
     else:
-        m = MODELS[pin.model] if pin.model else MODELS[draw(st.sampled_from(sorted(MODELS)))]
+        m = MODELS[pin.model] if pin.model else MODELS[draw(st.sampled_from(SHARED_EXPERT_MODELS))]
         model, hidden, intermediate = m.name, m.hidden, m.shared_intermediate
+    group = None if draw(st.integers(0, 3)) == 3 else QUARK_OCP_MX_GROUP  # one in four without groups: nothing to align
+    expert_parallel = pin.ep if pin.ep is not None else draw(st.booleans())
+    sequence_parallel = draw(st.booleans())
+    fse = draw(st.sampled_from(FseState))
     return SharedExpertCase(
         model=model,
         hidden=hidden,
         intermediate=intermediate,
-        tp=pin.tp if pin.tp is not None else draw(st.sampled_from(TP_DEGREES)),
-        group=draw(st.sampled_from((QUARK_OCP_MX_GROUP, None))),
-        expert_parallel=pin.ep if pin.ep is not None else draw(st.booleans()),
-        sequence_parallel=draw(st.booleans()),
-        fse_enabled=draw(st.booleans()),
-        fse_quant_compatible=draw(st.booleans()),
+        tp=tp,
+        group=group,
+        expert_parallel=expert_parallel,
+        sequence_parallel=sequence_parallel,
+        fse_enabled=fse is not FseState.OFF,
+        fse_quant_compatible=fse is not FseState.INCOMPATIBLE,
     )
 
 

@@ -1,8 +1,8 @@
 """Self-tests of the backend records (:mod:`backends`): every backend is declared once and completely.
 
 * Every member of every backend enum has a record, and the record names that member and its contract.
-* No field a complete record needs is empty; markers are ones the plugin knows; a record has kernel
-  requirements exactly when it has a kernel runner.
+* No field a complete record needs is empty; markers are ones the plugin knows; sources are links or
+  upstream files; a record has kernel requirements exactly when it has a kernel runner.
 * The contracts' registered backends are the records' members, in declaration order.
 * ``--backend NAME`` collects only that backend's tests (the parametrization comes from the records).
 """
@@ -10,6 +10,7 @@
 from __future__ import annotations
 
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -23,6 +24,8 @@ from subjects.registry import backends, contracts
 
 ROOT = Path(__file__).resolve().parent.parent
 MEMBERS = [m for e in enums() for m in e]
+UPSTREAM_FILE = re.compile(r"^[\w.-]+(/[\w.-]+)? (\d+\.\d+\.\d+ )?[\w./-]+\.py")
+"""A source that is not a link names an upstream file: ``package version path`` or ``owner/repo path``."""
 
 
 def test_every_contract_enum_is_declared() -> None:
@@ -37,7 +40,7 @@ def test_every_member_has_a_complete_record(member) -> None:
     assert not r.missing_fields(), f"{member.value}: empty fields {r.missing_fields()}"
     unknown = set(r.requires + r.kernel_requires) - set(REQUIREMENTS)
     assert not unknown, f"{member.value}: unknown markers {sorted(unknown)}"
-    assert all(s.startswith("https://github.com/") for s in r.sources), r.sources
+    assert all(s.startswith("https://github.com/") or UPSTREAM_FILE.match(s) for s in r.sources), r.sources
     runner = (r.quantize, r.gemm) if isinstance(r, Mxfp4LinearRecord) else (r.kernel,)
     assert all(callable(f) for f in runner) == bool(r.kernel_requires), (
         f"{member.value}: a kernel runner exactly when kernel requirements are named"

@@ -14,6 +14,8 @@ import importlib
 
 import pytest
 import torch
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from backends.mxfp4_linear import AiterLinearPath
 from backends.mxfp4_moe import Mxfp4MoeBackend
@@ -22,6 +24,9 @@ from conformance import test_mxfp4_linear, test_mxfp4_moe, test_nvfp4_moe
 from contracts.moe import MoeWeights
 from reference.formats import MxScaleRounding
 from reference.layouts import aiter_shuffle_weight, vllm_asm_scale_swizzle
+from reference.padding import pad_dim
+from reference.sizes import padded_split, round_up
+from strategies.catalog import MODELS
 from strategies.moe import pinned_shape
 from strategies.tensors import moe_case
 from subjects import sglang as ss
@@ -195,3 +200,52 @@ def test_mxfp4_sizes_are_sglangs(
 ) -> None:
     """Sizes read off a real ``FusedMoE`` of ``Mxfp4MoEMethod`` under each backend's selection."""
     assert MXFP4.sizes(backend, _mxfp4_weights(intermediate, hidden)) == want
+
+
+SPLIT_MULTIPLE = {(Nvfp4MoeBackend.FLASHINFER_TRTLLM, True): 64, (Nvfp4MoeBackend.FLASHINFER_TRTLLM, False): 128}
+"""Per-rank buffer multiple of SGLang's NVFP4 loader split (``create_weights``' TRT-LLM rounding); CUTLASS
+allocates ``I/tp`` and splits evenly (multiple 1)."""
+
+
+@settings(max_examples=6, deadline=None)
+@given(
+    model=st.sampled_from(sorted(n for n, m in MODELS.items() if m.moe_intermediate > 0)),
+    tp=st.sampled_from((2, 4, 8)),
+    backend=st.sampled_from(list(Nvfp4MoeBackend)),
+)
+def test_loader_split_is_the_modelled_split(model: str, tp: int, backend: Nvfp4MoeBackend) -> None:
+    """SGLang's loader, given the whole checkpoint at every rank of ``tp``, fills rank ``r``'s buffers with the
+    channels ``reference.sizes.padded_split`` assigns it, at offset ``r·Ip`` of the checkpoint, each gate/up
+    half and FC2's K alike, zero past them: whole padded blocks under TRT-LLM (short or empty last ranks),
+    ``I/tp`` under CUTLASS. Every checkpoint channel lands on exactly one rank."""
+    m = MODELS[model]
+    gated, size = m.activation.gated, m.moe_intermediate
+    if size % tp:
+        return  # SGLang asserts intermediate_size % moe_tp_size == 0
+    multiple = SPLIT_MULTIPLE.get((backend, gated), 1)
+    per_rank = padded_split(size, tp, multiple)
+    ip = round_up(size // tp, multiple)
+    g = torch.Generator().manual_seed(size * tp)
+    f, h = (2 if gated else 1), 64
+
+    def draw(*shape: int) -> torch.Tensor:
+        return torch.randint(1, 127, shape, generator=g, dtype=torch.int64).to(torch.uint8)
+
+    ckpt = MoeWeights(w13=draw(1, f * size, h // 2), w13_scale=draw(1, f * size, h // 16),
+                      w2=draw(1, h, size // 2), w2_scale=draw(1, h, size // 16), block=16)  # fmt: skip
+    covered = 0
+    for rank, real in enumerate(per_rank):
+        loaded, buffer = ss.load_nvfp4_rank(backend, ckpt, gated, tp, rank)
+        assert buffer == ip, f"rank {rank}: buffer {buffer}, modelled {ip}"
+        start = rank * ip
+        for name in ("w13", "w13_scale"):
+            src, dst = getattr(ckpt, name), getattr(loaded, name)
+            for half in range(f):
+                want = pad_dim(src[:, half * size + start : half * size + start + real], -2, ip)
+                assert torch.equal(dst[:, half * ip : (half + 1) * ip], want), f"rank {rank} {name} half {half}"
+        for name, per in (("w2", 2), ("w2_scale", 16)):
+            src, dst = getattr(ckpt, name), getattr(loaded, name)
+            want = pad_dim(src[..., start // per : (start + real) // per], -1, ip // per)
+            assert torch.equal(dst, want), f"rank {rank} {name}"
+        covered += real
+    assert covered == size

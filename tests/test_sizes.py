@@ -16,11 +16,11 @@ from __future__ import annotations
 import itertools
 
 import pytest
-from hypothesis import given
+from hypothesis import assume, given
 from hypothesis import strategies as st
 
 from reference.errors import ShapeContractError
-from reference.sizes import even_split, round_up, whole_block_split
+from reference.sizes import even_split, padded_split, round_up, whole_block_split
 
 
 @given(x=st.integers(0, 10**6), multiple=st.integers(1, 1024))
@@ -96,3 +96,30 @@ def test_whole_block_split_errors() -> None:
     for tp, group in ((0, 32), (-1, 32), (4, 0)):
         with pytest.raises(ShapeContractError):
             whole_block_split(2880, tp, group)
+
+
+@pytest.mark.parametrize(
+    ("size", "tp", "multiple", "want"),
+    [
+        (704, 2, 64, (384, 320)),  # Gemma-4 TP=2 under SGLang's TRT-LLM padded loading
+        (704, 4, 64, (192, 192, 192, 128)),  # Gemma-4 TP=4
+        (1856, 2, 128, (1024, 832)),  # Nemotron-3-Nano (non-gated) TP=2
+        (768, 8, 64, (128, 128, 128, 128, 128, 128, 0, 0)),  # Qwen3-30B-A3B TP=8: two empty ranks
+        (768, 4, 1, (192, 192, 192, 192)),  # multiple 1: the even split
+    ],
+)
+def test_padded_split(size: int, tp: int, multiple: int, want: tuple[int, ...]) -> None:
+    assert padded_split(size, tp, multiple) == want
+
+
+@given(blocks=st.integers(1, 400), tp=st.integers(1, 16), group=st.sampled_from([16, 32, 64, 128]))
+def test_padded_split_is_whole_block_split_on_whole_blocks(blocks: int, tp: int, group: int) -> None:
+    """On whole blocks that split evenly over the ranks, padding each rank's share is the whole-block split."""
+    size = blocks * group
+    assume(size % tp == 0)
+    assert padded_split(size, tp, group) == whole_block_split(size, tp, group)
+
+
+def test_padded_split_needs_an_even_split() -> None:
+    with pytest.raises(ShapeContractError, match="evenly"):
+        padded_split(704, 3, 64)

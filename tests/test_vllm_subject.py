@@ -18,7 +18,7 @@ import sys
 import pytest
 import torch
 
-from backends.mxfp4_linear import AiterLinearPath
+from backends.mxfp4_linear import ASM_FORCE_TRITON_SCALE_ROWS, VLLM_GUARD_TABLE, AiterLinearPath
 from backends.mxfp4_moe import Mxfp4MoeBackend
 from backends.nvfp4_moe import Nvfp4MoeBackend
 from conformance import test_mxfp4_linear, test_mxfp4_moe, test_nvfp4_moe, test_shared_expert
@@ -60,14 +60,7 @@ def test_known_failures_name_real_checks_and_backends() -> None:
 
 @pytest.mark.parametrize(
     ("shape", "want"),
-    [
-        ((2560, 80), True),
-        ((32, 8), True),
-        ((2560, 20), False),
-        ((30, 8), False),
-        ((2560,), False),
-        ((80, 2, 16), False),
-    ],
+    [(shape, want) for shape, want in VLLM_GUARD_TABLE if shape[0] not in ASM_FORCE_TRITON_SCALE_ROWS],
 )
 def test_guard_is_vllms(shape: tuple[int, ...], want: bool) -> None:
     assert POLICY.use_asm_gemm(shape) is want

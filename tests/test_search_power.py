@@ -1,0 +1,77 @@
+"""Self-tests of the boundary strategies and of the bench's in-process detection measurement."""
+
+from __future__ import annotations
+
+import pytest
+from hypothesis import find, given, settings
+
+from bench.detection import common_prefix, detect, generated, properties, property_seed
+from bench.run import chosen_subjects
+from strategies.boundaries import RULE_MODULI, boundary_sizes, moduli_for, straddle
+from strategies.linear import guard_boundary_scales
+from strategies.shared_expert import shared_expert_cases
+
+SCALE_COLS = moduli_for("mxfp4_linear.scale_cols")
+
+
+@pytest.mark.parametrize(
+    ("where", "want"), [("at", 256), ("below", 224), ("above", 288), ("half", 320)], ids=lambda x: str(x)
+)
+def test_straddle_moves_by_whole_units(where: str, want: int) -> None:
+    assert straddle(32, 128, 2, where) == want
+
+
+def test_straddle_never_goes_below_one_unit() -> None:
+    assert straddle(32, 32, 1, "below") == 32
+
+
+@settings(max_examples=50)
+@given(size=boundary_sizes(unit=32, moduli=moduli_for("mxfp4_moe.intermediate", unit=32)))
+def test_boundary_sizes_are_whole_units(size: int) -> None:
+    assert size >= 32 and size % 32 == 0
+
+
+def test_rule_moduli_come_first_and_generic_ones_follow() -> None:
+    own, generic = moduli_for("mxfp4_moe.intermediate", unit=32)
+    assert own == tuple(sorted(set(RULE_MODULI["mxfp4_moe.intermediate"])))
+    assert set(generic) == {32, 64, 128, 256} - set(own)
+    assert moduli_for("shared_expert.intermediate", scale=8)[0] == (256,)
+
+
+def test_boundary_sizes_reject_moduli_that_are_not_whole_units() -> None:
+    with pytest.raises(ValueError, match="multiples of unit"):
+        boundary_sizes(unit=32, moduli=((16,), ()))
+
+
+def test_a_thin_residue_shrinks_to_a_readable_size() -> None:
+    """``cols ≡ 4 (mod 8)`` shrinks to half-way past the rule's first multiple: 8 + 4."""
+    assert find(boundary_sizes(unit=1, moduli=SCALE_COLS), lambda c: c % 8 == 4) == 12
+
+
+@settings(max_examples=50)
+@given(shape=guard_boundary_scales())
+def test_guard_boundary_scales_hold_the_other_rules(shape: tuple[int, int]) -> None:
+    rows, cols = shape
+    assert rows % 32 == 0 or cols % 8 == 0
+
+
+def test_generation_is_reproducible_and_starts_with_a_shared_prefix() -> None:
+    strategy = shared_expert_cases()
+    a, b = generated(strategy, 1, 20), generated(strategy, 2, 20)
+    assert [c.to_json() for c in a] == [c.to_json() for c in generated(strategy, 1, 20)]
+    assert 1 <= common_prefix([a, b]) < 20
+    assert property_seed("t", 0) != property_seed("u", 0)
+
+
+def test_properties_are_found_per_backend() -> None:
+    names = {p.name for p in properties("mxfp4_moe")}
+    assert "test_mxfp4_moe::test_padding_invariance[marlin]" in names
+    assert all(not n.startswith("test_mxfp4_moe::test_trtllm_kernel") for n in names)  # needs a GPU
+
+
+def test_external_subject_is_measured_with_three_figures() -> None:
+    (subject,) = chosen_subjects(["bench.mutants:GUARD_COLS_MOD4"])
+    row = detect(subject, [0, 1], budget=30, rate_seeds=1).row()
+    assert row["subject"] == "mutant-guard-cols-mod4"
+    for figure in ("with_pins", "ci_without_pins", "generation", "search_power"):
+        assert row[figure]["caught"].endswith("/2")
