@@ -136,6 +136,7 @@ def row(label: str, run: dict[str, Any], first: dict[str, Any]) -> dict[str, Any
         **counts,
         "returncode": run["returncode"],
         "longest_tests_s": run["longest"],
+        "failed_tests": sorted(k for k, v in run["outcomes"].items() if v == "failed"),
         "same_results": run["outcomes"] == first["outcomes"] and run["examples"] == first["examples"],
     }
 
