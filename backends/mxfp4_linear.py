@@ -13,11 +13,11 @@ from __future__ import annotations
 import enum
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, ClassVar
 
 import torch
 
-from adapters import aiter
+from adapters import aiter, aiter_triton
 from backends import BackendRecord, register
 from contracts.mxfp4_linear import CONTRACT
 from reference.formats import MXFP4_BLOCK, MxScaleRounding
@@ -88,6 +88,44 @@ def gemm_tolerance(exact: torch.Tensor, magnitude: torch.Tensor, k: int) -> torc
     return bf16_ulp(exact) + 2 * (k // MXFP4_BLOCK) * 2.0**-24 * magnitude
 
 
+MMA_K_STEP = 16
+"""k of one bf16 MMA on sm_90 (``wgmma`` / ``mma.sync.m16n8k16``)."""
+
+
+def bf16_half_ulp(v: torch.Tensor) -> torch.Tensor:
+    """Half a bf16 ulp at ``|v|``: ``2^(e - 9)`` for ``|v| = m·2^e``, ``m ∈ [0.5, 1)``; 0 at 0."""
+    _, e = torch.frexp(v)
+    return torch.where(v == 0, torch.zeros_like(v), torch.ldexp(torch.ones_like(v), e - 9))
+
+
+def sm90_dot_scaled_tolerance(exact: torch.Tensor, magnitude: torch.Tensor, k: int, splits: int = 1) -> torch.Tensor:
+    """Per-element bound on ``|kernel - exact|`` for an MXFP4 x MXFP4 ``tl.dot_scaled`` GEMM on sm_90.
+
+    Triton decomposes ``dot_scaled`` on sm_90: each operand element becomes ``e2m1 · 2^(s - 127)`` in
+    bf16 (exact: 2 significant bits, exponents within bf16's range), then bf16 MMAs accumulate in
+    fp32. Products are exact; each MMA k-step of 16 products adds to the accumulator with an error
+    of at most ``2^-22`` of the magnitude it sums (truncating alignment and normalisation, i.e. two
+    fp32 units; Fasi et al., "Numerical behavior of NVIDIA tensor cores", PeerJ CS 7:e330, 2021), and
+    that magnitude never exceeds ``Σ_k |a_k b_k|``; ``splits`` split-K partials add one fp32 rounding
+    each. So ``E = (K/16 + splits)·2^-22·Σ|ab|``, and rounding the fp32 result to bf16 adds half an
+    ulp of at most ``|exact| + E``: ``tol = ½·ulp_bf16(|exact| + E) + E``.
+    """
+    accumulation = (k / MMA_K_STEP + splits) * 2.0**-22 * magnitude
+    return bf16_half_ulp(exact.abs() + accumulation) + accumulation
+
+
+@dataclass(frozen=True)
+class PortableKernel:
+    """A path's kernel where it also runs besides its native hardware ("AITER Triton on CUDA"):
+    ``requires`` markers, ``gemm(act, weight, scale_kn)`` (:mod:`adapters.aiter_triton`), ``splits(M)``
+    (its split-K count) and ``tolerance(exact, magnitude, K, splits)``, its per-element bound there."""
+
+    requires: tuple[str, ...]
+    gemm: Callable[..., torch.Tensor]
+    splits: Callable[[int], int]
+    tolerance: Callable[..., torch.Tensor]
+
+
 @dataclass(frozen=True, kw_only=True)
 class Mxfp4LinearRecord(BackendRecord):
     """An AITER MXFP4 GEMM path.
@@ -96,7 +134,7 @@ class Mxfp4LinearRecord(BackendRecord):
     guard's rule). ``activation_quantizer``: the AITER function vLLM's ``gemm_with_dynamic_quant``
     calls on this path; ``activation_rounding``: its MX scale rounding. ``quantize(x)`` and
     ``gemm(act, weight, scale)``: the kernel runner (:mod:`adapters.aiter`); ``tolerance(exact,
-    magnitude, K)``: its per-element bound.
+    magnitude, K)``: its per-element bound. ``on_cuda``: the same kernel on an NVIDIA GPU, if it runs there.
     """
 
     accepts: Callable[[tuple[int, ...]], bool]
@@ -105,6 +143,9 @@ class Mxfp4LinearRecord(BackendRecord):
     quantize: Callable[[torch.Tensor], Any]
     gemm: Callable[..., torch.Tensor]
     tolerance: Callable[[torch.Tensor, torch.Tensor, int], torch.Tensor]
+    on_cuda: PortableKernel | None = None
+
+    OPTIONAL: ClassVar[frozenset[str]] = BackendRecord.OPTIONAL | {"on_cuda"}
 
 
 RECORDS = (
@@ -137,6 +178,12 @@ RECORDS = (
         quantize=aiter.triton_quantize,
         gemm=aiter.gemm_afp4wfp4,
         tolerance=gemm_tolerance,
+        on_cuda=PortableKernel(
+            requires=("aiter_triton",),
+            gemm=aiter_triton.gemm_afp4wfp4,
+            splits=lambda m: int(aiter_triton.gemm_config(m)["NUM_KSPLIT"]),
+            tolerance=sm90_dot_scaled_tolerance,
+        ),
     ),
 )
 register(*RECORDS)

@@ -29,6 +29,7 @@ from __future__ import annotations
 import dataclasses
 import enum
 import importlib
+import inspect
 import statistics
 import time
 import zlib
@@ -87,8 +88,7 @@ def _test_backends(
 ) -> tuple[enum.Enum | None, ...]:
     """The backends pytest runs ``test`` against on ``machine``, as the plugin parametrizes them: the
     contract's records (narrowed by ``@pytest.mark.backends``), each gated by its record's markers."""
-    inner = test.hypothesis.inner_test
-    if "backend" not in inner.__code__.co_varnames[: inner.__code__.co_argcount]:
+    if "backend" not in inspect.signature(test.hypothesis.inner_test).parameters:
         return (None,)
     chosen = next((m for m in marks if m.name == "backends"), None)
     members, kernel = (chosen.args, chosen.kwargs.get("kernel", False)) if chosen else ((), False)
@@ -111,8 +111,9 @@ def checks_of_module(module_name: str, contract: str) -> list[Callable[..., None
 def properties(contract: str, machine: hardware.Machine | None = None) -> list[Property]:
     """Every property of ``contract`` in :data:`CHECK_MODULES` that can run on ``machine``, per backend.
 
-    A test's check is the one ``@check`` function of its module its body names; its pins are its
-    ``@example`` configurations in the order Hypothesis runs them.
+    A test's check is the one it was generated from (:func:`harness.properties.check`), else the one
+    ``@check`` function of its module its body names; its pins are its ``@example`` configurations
+    in the order Hypothesis runs them.
     """
     machine = machine or hardware.machine()
     out = []
@@ -124,7 +125,11 @@ def properties(contract: str, machine: hardware.Machine | None = None) -> list[P
             marks = _marks(test) + _marks(module)
             if not name.startswith("test_") or handle is None or not _runnable_here({m.name for m in marks}, machine):
                 continue
-            called = [checks[n] for n in handle.inner_test.__code__.co_names if n in checks]
+            generated_from = getattr(handle.inner_test, "__fp4_property__", None)  # harness.properties.check
+            if generated_from is not None:
+                called = [generated_from] if generated_from.__name__ in checks else []
+            else:
+                called = [checks[n] for n in handle.inner_test.__code__.co_names if n in checks]
             if len(called) != 1 or len(handle._given_kwargs) != 1:
                 continue
             ((argname, strategy),) = handle._given_kwargs.items()

@@ -13,7 +13,8 @@ gfx950 kernels (ASM ``gemm_a4w4``, CK ``fused_moe``) stay in ``test_mxfp4_linear
   AITER's kernels activations quantized by the reference (:func:`reference_activation`).
 * ``mxfp4_linear`` fallback: each drawn layer goes through the policy's weight processing; what
   it routes to Triton (and, with the ASM switch off, every layer) runs ``gemm_afp4wfp4`` on the
-  prepared tensors, compared per element with the reference GEMM (:func:`gemm_tolerance`).
+  prepared tensors, compared per element with the reference GEMM (the bound of the Triton path's record,
+  ``backends.mxfp4_linear.sm90_dot_scaled_tolerance``).
 * ``mxfp4_moe``: a SiLU-gated MoE through ``moe_align_block_size_triton`` and ``fused_moe_mxfp4``
   (:func:`adapters.aiter_triton.mxfp4_moe`) on the policy's padded weights equals, bit for bit,
   the same kernels on the rank's real channels; each stage meets the per-element GEMM bound on
@@ -60,30 +61,11 @@ KERNEL_DEVICE = "cuda"
 
 # --- error bounds -----------------------------------------------------------------------------------
 
-MMA_K_STEP = 16
-"""k of one bf16 MMA on sm_90 (``wgmma`` / ``mma.sync.m16n8k16``)."""
-
-
-def bf16_half_ulp(v: torch.Tensor) -> torch.Tensor:
-    """Half a bf16 ulp at ``|v|``: ``2^(e - 9)`` for ``|v| = m·2^e``, ``m ∈ [0.5, 1)``; 0 at 0."""
-    _, e = torch.frexp(v)
-    return torch.where(v == 0, torch.zeros_like(v), torch.ldexp(torch.ones_like(v), e - 9))
-
-
-def gemm_tolerance(exact: torch.Tensor, magnitude: torch.Tensor, k: int, splits: int = 1) -> torch.Tensor:
-    """Per-element bound on ``|kernel - exact|`` for an MXFP4 x MXFP4 ``tl.dot_scaled`` GEMM on sm_90.
-
-    Triton decomposes ``dot_scaled`` on sm_90: each operand element becomes ``e2m1 · 2^(s - 127)`` in
-    bf16 (exact: 2 significant bits, exponents within bf16's range), then bf16 MMAs accumulate in
-    fp32. Products are exact; each MMA k-step of 16 products adds to the accumulator with an error
-    of at most ``2^-22`` of the magnitude it sums (truncating alignment and normalisation, i.e. two
-    fp32 units; Fasi et al., "Numerical behavior of NVIDIA tensor cores", PeerJ CS 7:e330, 2021), and
-    that magnitude never exceeds ``Σ_k |a_k b_k|``; ``splits`` split-K partials add one fp32 rounding
-    each. So ``E = (K/16 + splits)·2^-22·Σ|ab|``, and rounding the fp32 result to bf16 adds half an
-    ulp of at most ``|exact| + E``: ``tol = ½·ulp_bf16(|exact| + E) + E``.
-    """
-    accumulation = (k / MMA_K_STEP + splits) * 2.0**-22 * magnitude
-    return bf16_half_ulp(exact.abs() + accumulation) + accumulation
+ON_CUDA = record(AiterLinearPath.TRITON).on_cuda
+"""The Triton path's kernel as it runs on an NVIDIA GPU: requirements, runner and per-element bound
+(its record, ``backends.mxfp4_linear``)."""
+gemm_tolerance = ON_CUDA.tolerance
+pytestmark = [getattr(pytest.mark, m) for m in ON_CUDA.requires]
 
 
 def assert_within(got: torch.Tensor, exact: torch.Tensor, tol: torch.Tensor, what: str, label: str) -> float:
@@ -183,7 +165,6 @@ def reference_activation(x: torch.Tensor) -> at.Mxfp4Device:
     return at.Mxfp4Device(q.packed.to(KERNEL_DEVICE), q.scales.to(KERNEL_DEVICE))
 
 
-@pytest.mark.aiter_triton
 @pytest.mark.contract(LINEAR)
 @pytest.mark.backends(TRITON)
 @given(case=activation_tiles())
@@ -228,16 +209,15 @@ def check_triton_fallback_gemm(
     )
     act = reference_activation(case.x.to(torch.bfloat16))
     packed, scales = act.packed.cpu(), act.scales.cpu()
-    y = at.gemm_afp4wfp4(act, prepared.weight, prepared.scale).cpu()
+    y = ON_CUDA.gemm(act, prepared.weight, prepared.scale).cpu()
     a = mxfp4_dequantize(Quantized(packed, scales)).double()
     b = mxfp4_dequantize(Quantized(case.weight, case.scale)).double()
-    splits = int(at.gemm_config(shape.tokens)["NUM_KSPLIT"])
+    splits = ON_CUDA.splits(shape.tokens)
     tol = gemm_tolerance(a @ b.T, a.abs() @ b.abs().T, k, splits)
     worst = assert_within(y, a @ b.T, tol, f"gemm_afp4wfp4 [{shape.tokens} x {n} x {k}]", "gemm_afp4wfp4")
     record_event(f"{'real' if real else 'reduced'} size, worst |err|/tol {'<= 0.5' if worst <= 0.5 else '> 0.5'}")
 
 
-@pytest.mark.aiter_triton
 @pytest.mark.contract(LINEAR)
 @pytest.mark.backends(TRITON)
 @given(shape=linear_shapes())
@@ -328,7 +308,6 @@ GATE_UP_BACKENDS = [b for b in Mxfp4MoeBackend if record(b).fc1_layout is Fc1Lay
 are what AITER's Triton MoE reads as they are."""
 
 
-@pytest.mark.aiter_triton
 @pytest.mark.contract(MOE)
 @pytest.mark.backends(*GATE_UP_BACKENDS)
 @given(config=mxfp4_moe_configs().map(silu_no_bias))

@@ -36,6 +36,7 @@ from backends.mxfp4_moe import CONTRACT, Mxfp4MoeBackend
 from conformance.moe_checks import align_checked
 from contracts.moe import MoeAlignment, pad_moe, relayout_moe
 from harness.repro import check, run_check
+from harness.runner import RUN_STATE
 from reference.formats import MXFP4_BLOCK
 from reference.layouts import Fc1Layout
 from reference.moe import GateUpOrder, moe_magnitude, moe_reference, route
@@ -178,7 +179,7 @@ def kernel_module(request: pytest.FixtureRequest):
         "tolerance": record(Mxfp4MoeBackend.FLASHINFER_CUTLASS_SM90).tolerances[METRIC],
         **{f"worst_{k}": worst(k) for k in ("padded_error", "unpadded_error", "padded_vs_unpadded")},
     }
-    results = request.config.fp4_results
+    results = request.config.stash[RUN_STATE].results
     results.mkdir(parents=True, exist_ok=True)
     worker = os.environ.get("PYTEST_XDIST_WORKER")
     (results / f"mxfp4_moe_sm90_kernel{'-' + worker if worker else ''}.json").write_text(json.dumps(summary, indent=2))

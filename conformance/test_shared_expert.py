@@ -15,15 +15,13 @@ FSE on (fused; the old order replicated it and crashed the ASM swizzle on scale 
 from __future__ import annotations
 
 import pytest
-from hypothesis import given
 
 from conformance.linear_oracle import process, swizzle_error
 from conformance.shared_expert_oracle import REFUSED, VLLM_DECISION_TABLE, expected_placement
 from contracts.mxfp4_linear import Mxfp4LinearKernelSelection
 from contracts.shared_expert import CONTRACT, SharedExpertPlacement, SharedExpertPolicy
-from harness.repro import check, record_event, run_check
+from harness.properties import check, record_event
 from reference.formats import MXFP4_BLOCK
-from strategies.pins import pinned_examples
 from strategies.shared_expert import SharedExpertCase, dense_layer_shapes, shared_expert_cases
 from subjects.mxfp4_linear import BuiltinMxfp4Linear
 
@@ -31,8 +29,8 @@ pytestmark = [pytest.mark.contract(CONTRACT)]
 
 FUSED = SharedExpertPlacement.FUSED
 
-
-pinned = pinned_examples("case", [case for case, _ in VLLM_DECISION_TABLE])
+PINS = [case for case, _ in VLLM_DECISION_TABLE]
+"""Pinned regressions of every property (run first, filtered by ``--model/--tp/--ep``)."""
 
 
 def decide(policy: SharedExpertPolicy, case: SharedExpertCase) -> tuple[SharedExpertPlacement | None, str | None]:
@@ -46,7 +44,7 @@ def decide(policy: SharedExpertPolicy, case: SharedExpertCase) -> tuple[SharedEx
     return placement, None
 
 
-@check(CONTRACT, SharedExpertCase)
+@check(CONTRACT, SharedExpertCase, strategy=shared_expert_cases(), pins=PINS)
 def check_fusion_resolved_first(case: SharedExpertCase, backend: None, policy: SharedExpertPolicy) -> None:
     """A shared expert with FSE on and compatible is fused, whatever the TP alignment: fusion is decided
     before the replicate gate and never triggers replication or a refusal; otherwise it is never fused."""
@@ -62,13 +60,7 @@ def check_fusion_resolved_first(case: SharedExpertCase, backend: None, policy: S
         assert placement is not FUSED, "fused a shared expert although FSE is off, incompatible or there is none"
 
 
-@given(case=shared_expert_cases())
-@pinned
-def test_fusion_resolved_first(case: SharedExpertCase, policy: SharedExpertPolicy) -> None:
-    run_check(check_fusion_resolved_first, case, None, policy)
-
-
-@check(CONTRACT, SharedExpertCase)
+@check(CONTRACT, SharedExpertCase, strategy=shared_expert_cases(), pins=PINS)
 def check_decision_table(case: SharedExpertCase, backend: None, policy: SharedExpertPolicy) -> None:
     """The placement follows vLLM §12.1 after the ordering fix; a refusal is a ``ValueError`` naming the
     shared-expert size and the TP degree."""
@@ -86,13 +78,7 @@ def check_decision_table(case: SharedExpertCase, backend: None, policy: SharedEx
     assert placement is want, f"placed as {placement.value}; the contract says {want.value}"
 
 
-@given(case=shared_expert_cases())
-@pinned
-def test_decision_table(case: SharedExpertCase, policy: SharedExpertPolicy) -> None:
-    run_check(check_decision_table, case, None, policy)
-
-
-@check(CONTRACT, SharedExpertCase)
+@check(CONTRACT, SharedExpertCase, strategy=shared_expert_cases(), pins=PINS)
 def check_dense_expert_reaches_no_unswizzlable_asm(
     case: SharedExpertCase, backend: None, policy: SharedExpertPolicy
 ) -> None:
@@ -114,9 +100,3 @@ def check_dense_expert_reaches_no_unswizzlable_asm(
         assert error is None, f"{placement.value} shared expert's {layer.name} sent to the ASM GEMM: {error}"
         record_event(f"{layer.name} scale {'ASM' if linear.use_asm_gemm(scale) else 'Triton'}")
         process(linear, *shape.prep_shape(), asm_enabled=True)
-
-
-@given(case=shared_expert_cases())
-@pinned
-def test_dense_expert_reaches_no_unswizzlable_asm(case: SharedExpertCase, policy: SharedExpertPolicy) -> None:
-    run_check(check_dense_expert_reaches_no_unswizzlable_asm, case, None, policy)

@@ -3,20 +3,29 @@
 Options (``pytest --help``, group "fp4-conformance"):
 
 * ``--subject SPEC``: the implementation under test: ``builtin`` (default), a known-bad name
-  (``bad-...``), ``vllm``, or ``package.module:attribute``.
-* ``--backend NAME``: run only this kernel-library backend (repeatable); contract tests of other
-  backends, or of none, are deselected.
-* ``--model NAME --tp N [--ep]``: pin the strategies to one catalogued model's shapes.
+  (``bad-...``), ``vllm``, or ``package.module:attribute``. A subject that cannot be loaded (a
+  typo, a module raising on import, a factory raising) or whose engine is not installed is a
+  one-line usage error before the first test.
+* ``--backend NAME``: run only this kernel-library backend (repeatable); properties on other
+  backends, and properties that run on no backend, are deselected.
+* ``--model NAME``, ``--tp N``, ``--ep/--no-ep``: pin the strategies (see :func:`session_pin`).
 * ``--fp4-db SPEC``: example database (a directory, or ``redis://HOST:PORT/DB`` shared by a
-  fleet; :mod:`harness.database`), ``--fp4-db-readonly`` to replay a shared one without writing.
+  fleet; :mod:`harness.database`), ``--fp4-db-readonly`` to replay a shared one without writing;
+  a database that cannot be used is a usage error.
 * ``--shard INDEX/COUNT``: run one deterministic slice of the collected tests (:mod:`harness.shard`).
-* ``--results DIR``: where reproduction scripts and the summary are written (``results``).
+* ``--results DIR``: where reproduction scripts and the summary are written (``results``); it
+  must be writable, checked before the first test.
+* ``--example-time-limit SECONDS``: per-example time limit (default: the profile's,
+  :data:`harness.profiles.TIME_LIMITS`; 0 turns it off).
 
 Markers: ``contract(name)`` names a test's contract; ``backends(*members, kernel=False)`` narrows
-the ``backend`` parameters (which come from the backend records, :mod:`backends`); ``cuda``,
-``sm90``, ``sm100``, ``gfx950``, ``flashinfer``, ``aiter``, ``aiter_triton``, ``vllm`` name
-requirements, and a test whose requirement is unmet is
-skipped with a reason that names what is missing.
+the ``backend`` parameters (which come from the backend records, :mod:`backends`; the ``check``
+decorator of :mod:`harness.properties` sets it); ``cuda``, ``sm90``, ``sm100``, ``gfx950``,
+``flashinfer``, ``aiter``, ``aiter_triton``, ``vllm`` name requirements, and a test whose
+requirement is unmet is skipped with a reason that names what is missing.
+
+Harness state lives in ``config.stash``: :data:`harness.runner.RUN_STATE` (what the
+property runner needs) and :data:`SESSION` (the subject, the results folder, the summary).
 """
 
 from __future__ import annotations
@@ -25,12 +34,14 @@ import dataclasses
 import json
 import os
 from collections import Counter, defaultdict
+from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import pytest
 from hypothesis import settings
 
-from harness import database, devices, hardware, profiles, repro, shard
+from harness import database, devices, hardware, profiles, repro, runner, shard
 from harness.report import run_record
 from strategies.catalog import MODELS, TP_DEGREES
 from strategies.pins import Pin, set_pin
@@ -44,13 +55,55 @@ MARKERS = {
 }
 
 
+@dataclass
+class Session:
+    """The plugin's per-process state (``config.stash[SESSION]``), registered as a plugin object
+    so that it counts every report (on the xdist controller, the workers' reports too)."""
+
+    subject: Any
+    results: Path
+    pin: Pin
+    profile: str
+    shard: tuple[int, int] | None = None
+    summary: dict[tuple[str, str, str], Counter] = field(default_factory=lambda: defaultdict(Counter))
+    skips: dict[tuple[str, str, str], Counter] = field(default_factory=lambda: defaultdict(Counter))
+
+    def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
+        """Count the outcome per (contract, backend, hardware), and the skip reasons."""
+        if report.when != "call" and not (report.skipped or report.failed):
+            return
+        props = dict(report.user_properties)
+        key = (props.get("contract", "?"), props.get("backend", "-"), props.get("hardware", "?"))
+        outcome = "xfailed" if hasattr(report, "wasxfail") and report.skipped else report.outcome
+        if hasattr(report, "wasxfail") and report.passed:
+            outcome = "xpassed"
+        self.summary[key][outcome] += 1
+        if report.skipped and not hasattr(report, "wasxfail"):
+            reason = report.longrepr[2] if isinstance(report.longrepr, tuple) else str(report.longrepr)
+            self.skips[key][reason.removeprefix("Skipped: ")] += 1
+
+
+SESSION = pytest.StashKey[Session]()
+
+
 def pytest_addoption(parser: pytest.Parser) -> None:
     group = parser.getgroup("fp4-conformance")
     group.addoption("--subject", default="builtin", help="subject under test: builtin, bad-..., vllm, or module:attr")
     group.addoption("--backend", action="append", default=[], help="run only this backend (repeatable)")
     group.addoption("--model", help=f"pin strategies to a catalogued model ({', '.join(sorted(MODELS))})")
-    group.addoption("--tp", type=int, help=f"pin the tensor-parallel degree ({', '.join(map(str, TP_DEGREES))})")
-    group.addoption("--ep", action="store_true", default=None, help="pin expert parallelism on")
+    group.addoption(
+        "--tp",
+        type=int,
+        help=f"pin the tensor-parallel degree ({', '.join(map(str, TP_DEGREES))}); without --model every "
+        "drawn shape (catalogued and adversarial) uses it",
+    )
+    group.addoption(
+        "--ep",
+        action="store_true",
+        default=None,
+        help="pin expert parallelism on (default: off under --model, drawn either way otherwise)",
+    )
+    group.addoption("--no-ep", dest="ep", action="store_false", default=None, help="pin expert parallelism off")
     group.addoption(
         "--fp4-db",
         help="example database: a directory or redis://HOST:PORT/DB (or FP4_DB); used by every profile but ci",
@@ -60,14 +113,40 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     )
     group.addoption("--shard", help="run only shard INDEX of COUNT (INDEX/COUNT, e.g. 0/4), split by node id")
     group.addoption("--results", default="results", help="folder for reproduction scripts and the summary")
+    group.addoption(
+        "--example-time-limit",
+        type=float,
+        help="fail an example running longer than this many seconds (default: the profile's; 0: off)",
+    )
+
+
+def session_pin(model: str | None, tp: int | None, ep: bool | None) -> Pin:
+    """The strategies' pin for ``--model/--tp/--ep``.
+
+    * ``--model M``: only M's catalogued shapes (no adversarial sizes); pinned regressions of
+      other models are skipped.
+    * ``--tp N``: every drawn shape uses TP degree N; without ``--model`` that includes the
+      adversarial sizes, and the pinned regressions kept are the catalogued ones at TP N.
+    * ``--ep`` / ``--no-ep``: expert parallelism on / off. Neither given: off under ``--model``
+      (a triage run reproduces a TP deployment unless told otherwise), else drawn both ways.
+    """
+    if ep is None and model is not None:
+        ep = False
+    return Pin(model, tp, ep)
+
+
+def _usage(message: str) -> pytest.UsageError:
+    return pytest.UsageError(" ".join(message.split()))  # one line
 
 
 def pytest_configure(config: pytest.Config) -> None:
     devices.pin_worker()
     for marker, text in MARKERS.items():
         config.addinivalue_line("markers", f"{marker}: {text}")
-    name = profiles.selected_profile(config.getoption("hypothesis_profile", None))
-    config.fp4_profile = name
+    try:
+        name = profiles.selected_profile(config.getoption("hypothesis_profile", None))
+    except ValueError as exc:
+        raise _usage(str(exc)) from None
     spec = config.getoption("fp4_db") or os.environ.get("FP4_DB")
     readonly = config.getoption("fp4_db_readonly")
     db = None
@@ -75,40 +154,92 @@ def pytest_configure(config: pytest.Config) -> None:
         try:
             db = database.open_database(spec, readonly=readonly)
         except database.DatabaseError as exc:
-            raise pytest.UsageError(str(exc)) from None
+            raise _usage(str(exc)) from None
     try:
         settings.load_profile(profiles.with_database(name, db, explicit=bool(spec)))
     except ValueError as exc:
-        raise pytest.UsageError(str(exc)) from None
+        raise _usage(str(exc)) from None
+    shard_spec = None
     if config.getoption("shard"):
         try:
-            config.fp4_shard = shard.parse_shard(config.getoption("shard"))
+            shard_spec = shard.parse_shard(config.getoption("shard"))
         except ValueError as exc:
-            raise pytest.UsageError(str(exc)) from None
+            raise _usage(str(exc)) from None
     model, tp = config.getoption("model"), config.getoption("tp")
     if model is not None and model not in MODELS:
-        raise pytest.UsageError(f"--model {model!r} is not catalogued; choose one of: {', '.join(sorted(MODELS))}")
+        raise _usage(f"--model {model!r} is not catalogued; choose one of: {', '.join(sorted(MODELS))}")
     if tp is not None and tp not in TP_DEGREES:
-        raise pytest.UsageError(f"--tp {tp} is not one of {TP_DEGREES}")
-    set_pin(Pin(model, tp, config.getoption("ep")))
-    from subjects.registry import SubjectError, all_backends, resolve
+        raise _usage(f"--tp {tp} is not one of {TP_DEGREES}")
+    pin = session_pin(model, tp, config.getoption("ep"))
+    set_pin(pin)
+    subject_spec = config.getoption("subject")
+    subject = _load_subject(subject_spec)
+    from subjects.registry import all_backends
 
-    try:
-        config.fp4_subject = resolve(config.getoption("subject"))
-    except SubjectError as exc:
-        raise pytest.UsageError(str(exc)) from None
     known = {b.value for b in all_backends()}
     unknown = sorted(set(config.getoption("backend")) - known)
     if unknown:
-        raise pytest.UsageError(f"unknown backend(s) {', '.join(unknown)}; known backends: {', '.join(sorted(known))}")
+        raise _usage(f"unknown backend(s) {', '.join(unknown)}; known backends: {', '.join(sorted(known))}")
     results = Path(config.getoption("results"))
-    repro.CONTEXT.subject = config.getoption("subject")
-    repro.CONTEXT.known_failures = config.fp4_subject.known_failures
-    repro.CONTEXT.inflight_dir = results / "inflight"
-    config.fp4_results = results
+    try:
+        profiles.check_writable_folder(results)
+    except OSError as exc:
+        raise _usage(f"--results {str(results)!r} is not a writable folder: {exc}") from None
+    limit = config.getoption("example_time_limit")
+    limit = profiles.TIME_LIMITS[name] if limit is None else limit
+    state = runner.RunState(
+        subject=subject_spec,
+        subject_path=repro.import_folder(subject_spec),
+        known_failures=subject.known_failures,
+        results=results,
+        time_limit=limit or None,
+    )
+    config.stash[runner.RUN_STATE] = state
+    config.stash[SESSION] = Session(subject, results, pin, name, shard_spec)
+    config.pluginmanager.register(config.stash[SESSION], "fp4-session")
+    runner.activate(state)
     if not hasattr(config, "workerinput"):  # the controller clears the last run's per-process records
         for stale in [*results.glob("device-*.json"), *results.glob("stats-*.json"), *results.glob("expected-*.json")]:
             stale.unlink()
+        for stale in (results / "inflight").glob("*.json"):
+            stale.unlink()
+        repro.clean_scripts(results, subject_spec)
+
+
+def pytest_unconfigure(config: pytest.Config) -> None:
+    if config.stash.get(runner.RUN_STATE, None) is not None:
+        runner.activate(None)
+
+
+def _load_subject(spec: str) -> Any:
+    """Resolve ``--subject``; any failure to load it, or a missing engine, is a one-line usage error."""
+    from subjects.registry import SubjectError, resolve
+
+    try:
+        subject = resolve(spec)
+    except SubjectError as exc:
+        raise _usage(str(exc)) from None
+    except Exception as exc:  # noqa: BLE001 - a subject module or factory may raise anything
+        raise _usage(f"cannot load subject {spec!r}: {type(exc).__name__}: {exc}") from None
+    reason = subject.missing() if subject.missing else None
+    if reason:
+        raise _usage(f"subject {spec!r} cannot run here: {reason}")
+    return subject
+
+
+def pytest_report_header(config: pytest.Config) -> list[str]:
+    session = config.stash.get(SESSION, None)
+    if session is None:
+        return []
+    state = config.stash[runner.RUN_STATE]
+    pin = session.pin
+    ep = "drawn" if pin.ep is None else "on" if pin.ep else "off"
+    limit = f"{state.time_limit:g} s" if state.time_limit else "off"
+    return [
+        f"fp4: subject {state.subject}, profile {session.profile}, example time limit {limit}, "
+        f"results {session.results}",
+        f"fp4 pin: model {pin.model or 'any'}, tp {pin.tp or 'any'}, ep {ep}",
+    ]
 
 
 def _contract(item: pytest.Item) -> str | None:
@@ -141,6 +272,11 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
     metafunc.parametrize("backend", params)
 
 
+def _backend(item: pytest.Item) -> object | None:
+    """The item's ``backend`` parameter (an enum member), or None."""
+    return getattr(getattr(item, "callspec", None), "params", {}).get("backend")
+
+
 def _deselect_other_backends(config: pytest.Config, items: list[pytest.Item]) -> None:
     """``--backend``: keep only contract tests parametrized with a named backend (and every self-test)."""
     wanted = set(config.getoption("backend"))
@@ -148,8 +284,7 @@ def _deselect_other_backends(config: pytest.Config, items: list[pytest.Item]) ->
         return
     keep, drop = [], []
     for item in items:
-        backend = getattr(getattr(item, "callspec", None), "params", {}).get("backend")
-        runs = _contract(item) is None or getattr(backend, "value", None) in wanted
+        runs = _contract(item) is None or getattr(_backend(item), "value", None) in wanted
         (keep if runs else drop).append(item)
     if drop:
         config.hook.pytest_deselected(items=drop)
@@ -160,11 +295,10 @@ def _deselect_other_backends(config: pytest.Config, items: list[pytest.Item]) ->
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     _deselect_other_backends(config, items)
     _select_shard(config, items)
-    subject = config.fp4_subject
+    subject = config.stash[SESSION].subject
     machine = hardware.machine()
     for item in items:
-        contract = _contract(item)
-        backend = getattr(item, "callspec", None) and item.callspec.params.get("backend")
+        contract, backend = _contract(item), _backend(item)
         modes = [label for req, label in hardware.MODE_LABELS.items() if item.get_closest_marker(req)]
         item.user_properties += [
             ("contract", contract or "self-test"),
@@ -193,9 +327,9 @@ def _backend_note(backend: object) -> str:
 
 def _select_shard(config: pytest.Config, items: list[pytest.Item]) -> None:
     """``--shard INDEX/COUNT``: deselect every test outside this host's shard."""
-    if not getattr(config, "fp4_shard", None):
+    if config.stash[SESSION].shard is None:
         return
-    index, count = config.fp4_shard
+    index, count = config.stash[SESSION].shard
     kept = shard.keep([item.nodeid for item in items], index, count)
     config.hook.pytest_deselected(items=[item for item in items if item.nodeid not in kept])
     items[:] = [item for item in items if item.nodeid in kept]
@@ -207,68 +341,57 @@ def policy(request: pytest.FixtureRequest):
     contract = _contract(request.node)
     if contract is None:
         raise pytest.UsageError(f"{request.node.nodeid} uses the policy fixture without @pytest.mark.contract")
-    return request.config.fp4_subject.policy(contract)
+    return request.config.stash[SESSION].subject.policy(contract)
 
 
 @pytest.hookimpl(tryfirst=True)
 def pytest_runtest_setup(item: pytest.Item) -> None:
-    repro.CONTEXT.nodeid = item.nodeid
+    item.config.stash[runner.RUN_STATE].nodeid = item.nodeid
 
 
 @pytest.hookimpl(hookwrapper=True)
 def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo):
     outcome = yield
     report = outcome.get_result()
-    last = repro.LAST_FAILURE.pop(item.nodeid, None)
-    failure = repro.reported_reproduction(call.excinfo.value if call.excinfo else None) or last
-    if report.when == "call" and report.failed and failure is not None:
-        script = repro.write_script(item.config.fp4_results, item.nodeid, failure)
+    state = item.config.stash[runner.RUN_STATE]
+    if report.when != "call":
+        return
+    last = state.last_failure.pop(item.nodeid, None)
+    failure = runner.reported_reproduction(call.excinfo.value if call.excinfo else None) or last
+    if report.failed and failure is not None:
+        script = repro.write_script(state.results, item.nodeid, failure)
         report.sections.append(("fp4 reproduction", f"{failure.command()}\nscript: {script}"))
-        report.user_properties.append(("reproduce", failure.command()))
+        # the teardown report carries the item's properties into JUnit XML (junitxml reads them there)
+        item.user_properties.append(("reproduce", failure.command()))
 
 
 @pytest.hookimpl(optionalhook=True)
 def pytest_handlecrashitem(crashitem: str, report: pytest.TestReport, sched) -> None:
-    """xdist: a worker died (device fault) while running ``crashitem``; attach its in-flight repro."""
-    results: Path = sched.config.fp4_results
-    for path in sorted((results / "inflight").glob("*.json")):
+    """xdist: a worker died (device fault, hard time limit) running ``crashitem``; attach its in-flight repro."""
+    state = sched.config.stash[runner.RUN_STATE]
+    for path in sorted(state.inflight_dir.glob("*.json")):
         data = json.loads(path.read_text())
         if data.get("nodeid") == crashitem:
-            report.longrepr = f"{report.longrepr}\nworker crashed during a kernel call; reproduce: {data['command']}"
-            (results / "repro").mkdir(parents=True, exist_ok=True)
-            (results / "repro" / f"{path.stem}-crash.py").write_text(data["script"])
+            reproduction = repro.parse(data["repro"])
+            script = repro.write_script(state.results, crashitem, reproduction, suffix="crash")
+            report.longrepr = (
+                f"{report.longrepr}\nworker crashed during this example; reproduce: {data['command']}\nscript: {script}"
+            )
+            report.user_properties.append(("reproduce", data["command"]))
 
 
-def pytest_runtest_logreport(report: pytest.TestReport) -> None:
-    if report.when != "call" and not (report.skipped or report.failed):
-        return
-    props = dict(report.user_properties)
-    key = (props.get("contract", "?"), props.get("backend", "-"), props.get("hardware", "?"))
-    outcome = "xfailed" if hasattr(report, "wasxfail") and report.skipped else report.outcome
-    if hasattr(report, "wasxfail") and report.passed:
-        outcome = "xpassed"
-    _SUMMARY[key][outcome] += 1
-    if report.skipped and not hasattr(report, "wasxfail"):
-        reason = report.longrepr[2] if isinstance(report.longrepr, tuple) else str(report.longrepr)
-        _SKIPS[key][reason.removeprefix("Skipped: ")] += 1
-
-
-_SUMMARY: dict[tuple[str, str, str], Counter] = defaultdict(Counter)
-_SKIPS: dict[tuple[str, str, str], Counter] = defaultdict(Counter)
-
-
-def summary_rows() -> list[dict[str, object]]:
+def summary_rows(session: Session) -> list[dict[str, object]]:
     """One row per (contract, backend, hardware) with outcome counts and skip reasons."""
     rows = []
-    for key in sorted(_SUMMARY):
-        counts = _SUMMARY[key]
+    for key in sorted(session.summary):
+        counts = session.summary[key]
         rows.append(
             {
                 "contract": key[0],
                 "backend": key[1],
                 "hardware": key[2],
                 **{k: counts.get(k, 0) for k in ("passed", "failed", "skipped", "xfailed", "xpassed")},
-                "skip_reasons": dict(_SKIPS.get(key, {})),
+                "skip_reasons": dict(session.skips.get(key, {})),
             }
         )
     return rows
@@ -287,22 +410,26 @@ def _device_record(worker: str) -> dict[str, object]:
 
 def pytest_sessionfinish(session: pytest.Session) -> None:
     """Write this process's device record and per-test example statistics (read by ``python -m bench``)."""
-    results: Path = session.config.fp4_results
+    state = session.config.stash.get(runner.RUN_STATE, None)
+    if state is None:
+        return
+    results = state.results
     results.mkdir(parents=True, exist_ok=True)
     worker = os.environ.get("PYTEST_XDIST_WORKER", "main")
     (results / f"device-{worker}.json").write_text(json.dumps(_device_record(worker)))
-    if repro.EXPECTED_FAILURES:
-        (results / f"expected-{worker}.json").write_text(json.dumps(repro.EXPECTED_FAILURES))
-    if not repro.STATS:
+    if state.expected_failures:
+        (results / f"expected-{worker}.json").write_text(json.dumps(state.expected_failures))
+    if not state.stats:
         return
-    stats = {node: dataclasses.asdict(s) for node, s in repro.STATS.items()}
+    stats = {node: dataclasses.asdict(s) for node, s in state.stats.items()}
     (results / f"stats-{worker}.json").write_text(json.dumps(stats, indent=1))
 
 
 def pytest_terminal_summary(terminalreporter, exitstatus: int, config: pytest.Config) -> None:
-    if hasattr(config, "workerinput"):
+    if hasattr(config, "workerinput") or config.stash.get(SESSION, None) is None:
         return
-    rows = summary_rows()
+    session = config.stash[SESSION]
+    rows = summary_rows(session)
     if not rows:
         return
     tr = terminalreporter
@@ -316,23 +443,23 @@ def pytest_terminal_summary(terminalreporter, exitstatus: int, config: pytest.Co
         )
         for reason, n in r["skip_reasons"].items():
             tr.write_line(f"{'':<16} skipped x{n}: {reason}")
-    for path in sorted(config.fp4_results.glob("device-gw*.json")):
+    results = session.results
+    for path in sorted(results.glob("device-gw*.json")):
         d = json.loads(path.read_text())
         if "name" in d:
             tr.write_line(
                 f"worker {d['worker']}: CUDA_VISIBLE_DEVICES={d['CUDA_VISIBLE_DEVICES']} {d['name']} {d['uuid']}"
             )
     expected: Counter = Counter()
-    for path in config.fp4_results.glob("expected-*.json"):
+    for path in results.glob("expected-*.json"):
         expected.update(json.loads(path.read_text()))
     for link, n in sorted(expected.items()):
         tr.write_line(f"expected failures (known upstream bug {link}): {n} examples")
-    results = config.fp4_results
     results.mkdir(parents=True, exist_ok=True)
     (results / "summary.json").write_text(json.dumps(rows, indent=2))
     record = run_record(
         subject=config.getoption("subject"),
-        profile=config.fp4_profile,
+        profile=session.profile,
         shard=config.getoption("shard"),
         workers=getattr(config.option, "numprocesses", None),
     )

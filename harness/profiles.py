@@ -1,6 +1,9 @@
 """Hypothesis settings profiles: ``ci``, ``nightly``, ``triage`` (and ``dev``, the default locally).
 
-Selected by ``--hypothesis-profile NAME`` or the environment variable ``FP4_PROFILE``.
+Selected by ``--hypothesis-profile NAME`` or the environment variable ``FP4_PROFILE``; an
+unknown name is a usage error. Each profile also sets the per-example time limit
+(:data:`TIME_LIMITS`, overridden by ``--example-time-limit``): an example running longer fails,
+naming its test and its reproduction.
 
 * ``ci``: derandomized, 25 examples, no database, quick on 2 CPU cores.
 * ``nightly``: 500 examples, deadline off for GPU kernels, example database at ``--fp4-db`` /
@@ -21,6 +24,8 @@ refuses one.
 from __future__ import annotations
 
 import os
+import uuid
+from pathlib import Path
 
 from hypothesis import HealthCheck, Phase, Verbosity, settings
 from hypothesis.database import DirectoryBasedExampleDatabase, ExampleDatabase
@@ -28,6 +33,11 @@ from hypothesis.database import DirectoryBasedExampleDatabase, ExampleDatabase
 PROFILES = ("ci", "nightly", "triage", "dev", "bench", "replay")
 DATABASE_PROFILES = ("nightly", "triage", "replay")  # profiles that use the example database without --fp4-db
 DEFAULT_DB = ".hypothesis/fp4-nightly"
+
+TIME_LIMITS: dict[str, float] = {"ci": 300, "dev": 300, "bench": 300, "nightly": 1800, "triage": 1800, "replay": 1800}
+"""Per-example time limit in seconds. Generous: the first example of a kernel property may
+compile a JIT module (minutes for FlashInfer on a cold cache) and the first vLLM example imports
+vLLM; a hang is caught all the same, with its reproduction, instead of running until CI's limit."""
 _SUPPRESS = [HealthCheck.too_slow, HealthCheck.data_too_large, HealthCheck.function_scoped_fixture]
 
 
@@ -70,5 +80,21 @@ def selected_profile(option: str | None, env: dict[str, str] = os.environ) -> st
     """Profile name from the command line, else ``FP4_PROFILE``, else ``ci`` under CI, else ``dev``."""
     name = option or env.get("FP4_PROFILE") or ("ci" if env.get("CI") else "dev")
     if name not in PROFILES:
-        raise ValueError(f"unknown Hypothesis profile {name!r}; choose one of {', '.join(PROFILES)}")
+        source = "--hypothesis-profile" if option else "FP4_PROFILE" if env.get("FP4_PROFILE") else "profile"
+        raise ValueError(f"unknown Hypothesis profile {name!r} ({source}); choose one of {', '.join(PROFILES)}")
     return name
+
+
+def check_writable_folder(path: str | Path) -> None:
+    """Create ``path`` if needed and prove a file can be written in it; raise ``OSError`` saying why not.
+
+    Used before the first test for ``--results``, so a run that could not record its verdict
+    stops at once instead of at the end (the example database is checked by :mod:`harness.database`).
+    """
+    folder = Path(path)
+    if folder.exists() and not folder.is_dir():
+        raise NotADirectoryError(f"{folder} is a file, not a folder")
+    folder.mkdir(parents=True, exist_ok=True)
+    probe = folder / f".write-probe-{uuid.uuid4().hex}"
+    probe.write_text("")
+    probe.unlink()

@@ -1,14 +1,15 @@
 """Reproductions: a one-line command and a standalone script for every failing example.
 
-Properties are written as *checks*: ``check(config, backend, policy)`` functions decorated with
-:func:`check`, run from the Hypothesis test through :func:`run_check`. On failure the exception
-gets a note with the one-line command (``python -m harness.repro ...``) and carries its
-:class:`Reproduction`, so the plugin writes the script of the example Hypothesis reports
-(:func:`reported_reproduction`; when several pinned examples fail, that is the first of them,
-not the last one run). Before a GPU kernel check runs, its reproduction is written to
-an in-flight file, so a worker killed by a device fault still leaves it behind.
+A :class:`Reproduction` names a check (``MODULE:CHECK``), the subject, the backend and the drawn
+configuration as JSON, plus the folder an external subject was imported from. The property
+runner (:mod:`harness.runner`) attaches its command to every failure; the plugin writes its
+script under ``RESULTS/repro/SUBJECT/``. Both work on another machine with the suite's
+checkout as the current directory (or the suite installed): nothing in them names the folder
+the failing run was started from.
 
-Usage: ``python -m harness.repro MODULE:CHECK --subject NAME [--backend NAME] --config JSON``.
+Usage: ``python -m harness.repro MODULE:CHECK --subject NAME [--subject-path DIR] [--backend NAME]
+--config JSON``. It calls the bare check once (no Hypothesis, no pytest) and raises exactly as
+the failing example did.
 """
 
 from __future__ import annotations
@@ -16,196 +17,111 @@ from __future__ import annotations
 import argparse
 import enum
 import importlib
+import importlib.util
 import json
-import os
+import re
 import shlex
 import sys
-import time
-from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
-
-import pytest
-from hypothesis import currently_in_test_context, event, note, target
-
-from contracts.errors import LibraryUnavailable
 
 ROOT = Path(__file__).resolve().parent.parent
 
 
 @dataclass(frozen=True)
 class Reproduction:
-    """Everything needed to rerun one example outside pytest and Hypothesis."""
+    """Everything needed to rerun one example outside pytest and Hypothesis.
+
+    ``subject_path`` is the ``sys.path`` folder an external subject (``module:attribute``) was
+    imported from: relative to the checkout when it lies inside it, else as given; None for
+    named subjects and installed packages.
+    """
 
     check: str
     subject: str
     backend: str | None
     config: dict[str, Any]
+    subject_path: str | None = None
 
-    def command(self) -> str:
-        parts = ["python", "-m", "harness.repro", self.check, "--subject", self.subject]
+    def argv(self) -> list[str]:
+        """The arguments of ``python -m harness.repro`` (see :func:`parse`)."""
+        parts = [self.check, "--subject", self.subject]
+        if self.subject_path:
+            parts += ["--subject-path", self.subject_path]
         if self.backend:
             parts += ["--backend", self.backend]
-        parts += ["--config", json.dumps(self.config, sort_keys=True)]
-        return " ".join(shlex.quote(p) for p in parts)
+        return [*parts, "--config", json.dumps(self.config, sort_keys=True)]
+
+    def command(self) -> str:
+        """The one-line shell command, run from the suite's checkout."""
+        return " ".join(shlex.quote(p) for p in ["python", "-m", "harness.repro", *self.argv()])
 
     def script(self, nodeid: str) -> str:
+        """A standalone script: ``python THIS_FILE`` from the checkout raises as the example did."""
         return (
             f'"""Reproduction of {nodeid} (subject {self.subject}).\n\n'
-            f"Run from anywhere: python {{this file}}; it raises as the failing example did.\n"
-            f'"""\n\nimport sys\n\nsys.path.insert(0, {str(ROOT)!r})\n\n'
-            "from harness.repro import Reproduction, reproduce\n\n"
-            f"reproduce(Reproduction(\n    check={self.check!r},\n    subject={self.subject!r},\n"
-            f"    backend={self.backend!r},\n    config={self.config!r},\n))\n"
+            "Run it from the fp4-conformance checkout (or with the suite installed): python path/to/this_file.py\n"
+            'It raises as the failing example did."""\n\n'
+            "import os\nimport sys\n\nsys.path.insert(0, os.getcwd())\n\n"
+            "from harness.repro import main\n\n"
+            f"main({self.argv()!r})\n"
         )
 
-
-@dataclass
-class Context:
-    """Set by the plugin around each test call."""
-
-    nodeid: str = ""
-    subject: str = "builtin"
-    inflight_dir: Path | None = None
-    known_failures: tuple[Any, ...] = ()
+    def script_name(self, nodeid: str) -> str:
+        """A file name unique per test (module, name and parameters) within one subject's folder."""
+        module, _, test = nodeid.partition("::")
+        return slug(f"{Path(module).stem}__{test}")[:120] + ".py"
 
 
-@dataclass
-class NodeStats:
-    """Per-test bookkeeping for the benchmark: examples run, and when the first failure came."""
-
-    examples: int = 0
-    seconds: float = 0.0  # wall time from the first example to the last one's end
-    started: float = 0.0
-    first_failure_example: int | None = None
-    first_failure_seconds: float | None = None
-    counterexample: str | None = None
+def slug(text: str) -> str:
+    """``text`` with every run of characters other than letters, digits, ``-``, ``.`` as ``_``."""
+    return re.sub(r"[^A-Za-z0-9.-]+", "_", text).strip("_")
 
 
-class KnownFailureFixed(AssertionError):
-    """A configuration listed as a known upstream bug no longer fails: the ledger needs updating."""
+def subject_folder(results: Path, subject: str) -> Path:
+    """Where the scripts of ``subject``'s failures go: ``RESULTS/repro/<subject slug>``."""
+    return results / "repro" / slug(subject)
 
 
-CONTEXT = Context()
-LAST_FAILURE: dict[str, Reproduction] = {}
-STATS: dict[str, NodeStats] = {}
-EXPECTED_FAILURES: dict[str, int] = {}
-
-
-def record_event(text: str) -> None:
-    """``hypothesis.event`` inside a Hypothesis test, nothing in a standalone reproduction."""
-    if currently_in_test_context():
-        event(text)
-
-
-def record_target(value: float, label: str) -> None:
-    """``hypothesis.target`` inside a Hypothesis test (steers generation towards large ``value``)."""
-    if currently_in_test_context():
-        target(value, label=label)
-
-
-def check(contract: str, config: type) -> Callable[[Callable[..., None]], Callable[..., None]]:
-    """Mark ``fn(config, backend, policy)`` as a property check of ``contract`` on ``config``."""
-
-    def deco(fn: Callable[..., None]) -> Callable[..., None]:
-        fn.__fp4_check__ = (contract, config)  # type: ignore[attr-defined]
-        return fn
-
-    return deco
-
-
-def run_check(
-    fn: Callable[..., None], config: Any, backend: enum.Enum | None, policy: Any, kernel: bool = False
-) -> None:
-    """Run one example of a property check, with reproduction bookkeeping around it.
-
-    A check that needs a library or hardware this machine lacks raises ``LibraryUnavailable``;
-    the test is then skipped with that reason (markers gate most of them before they start).
-    """
-    repro = Reproduction(
-        f"{fn.__module__}:{fn.__name__}",
-        CONTEXT.subject,
-        backend.value if backend else None,
-        config.to_dict(),
-    )
-    describe = getattr(config, "describe", None)
-    summary = describe() if describe else str(config)
-    if currently_in_test_context():
-        note(f"config: {summary}")
-        note(f"reproduce: {repro.command()}")
-    stats = STATS.setdefault(CONTEXT.nodeid, NodeStats(started=time.perf_counter()))
-    stats.examples += 1
-    inflight = _write_inflight(repro) if kernel else None
-    contract = fn.__fp4_check__[0]
-    known = next((k for k in CONTEXT.known_failures if k.matches(contract, fn.__name__, repro.backend, config)), None)
-    try:
-        if known is not None:
-            _expect_failure(fn, config, backend, policy, known)
-        else:
-            fn(config, backend, policy)
-    except LibraryUnavailable as exc:
-        pytest.skip(str(exc))
-    except BaseException as exc:
-        LAST_FAILURE[CONTEXT.nodeid] = repro
-        stats.counterexample = summary
-        if stats.first_failure_example is None:
-            stats.first_failure_example = stats.examples
-            stats.first_failure_seconds = time.perf_counter() - stats.started
-        if hasattr(exc, "add_note"):
-            exc.add_note(f"reproduce: {repro.command()}")
-        exc.__fp4_reproduction__ = repro  # type: ignore[attr-defined]
-        raise
-    finally:
-        stats.seconds = time.perf_counter() - stats.started
-        if inflight is not None:
-            inflight.unlink(missing_ok=True)
-
-
-def reported_reproduction(exc: BaseException | None) -> Reproduction | None:
-    """The reproduction of the failure Hypothesis raised: ``exc``'s own, or for an exception group
-    (several failing examples) that of its first member, in the order Hypothesis ran them."""
-    if exc is None:
-        return None
-    found = getattr(exc, "__fp4_reproduction__", None)
-    if found is None:  # an exception group (``exceptions``: its members)
-        found = next((r for e in getattr(exc, "exceptions", ()) if (r := reported_reproduction(e)) is not None), None)
-    return found
-
-
-def _expect_failure(fn: Callable[..., None], config: Any, backend: Any, policy: Any, known: Any) -> None:
-    """Run a check that a known upstream bug makes fail; raise if it unexpectedly passes."""
-    try:
-        fn(config, backend, policy)
-    except Exception:  # noqa: BLE001 - the listed bug may raise anything
-        EXPECTED_FAILURES[known.link] = EXPECTED_FAILURES.get(known.link, 0) + 1
-        record_event(f"expected failure: {known.link}")
-        return
-    raise KnownFailureFixed(
-        f"known upstream bug {known.link} ({known.reason}) no longer fails here: "
-        "remove it from the subject's known_failures"
-    )
-
-
-def _write_inflight(repro: Reproduction) -> Path | None:
-    if CONTEXT.inflight_dir is None:
-        return None
-    CONTEXT.inflight_dir.mkdir(parents=True, exist_ok=True)
-    path = CONTEXT.inflight_dir / f"{os.environ.get('PYTEST_XDIST_WORKER', 'main')}.json"
-    path.write_text(
-        json.dumps({"nodeid": CONTEXT.nodeid, "command": repro.command(), "script": repro.script(CONTEXT.nodeid)})
-    )
-    return path
-
-
-def write_script(results: Path, nodeid: str, repro: Reproduction) -> Path:
-    """Write the standalone reproduction script for ``nodeid``; returns its path."""
-    folder = results / "repro"
+def write_script(results: Path, nodeid: str, repro: Reproduction, suffix: str = "") -> Path:
+    """Write the standalone reproduction script of ``nodeid``; returns its path."""
+    folder = subject_folder(results, repro.subject)
     folder.mkdir(parents=True, exist_ok=True)
-    name = "".join(c if c.isalnum() else "_" for c in nodeid.split("::")[-1])[:80]
-    path = folder / f"{name}.py"
+    path = folder / repro.script_name(nodeid)
+    if suffix:
+        path = path.with_name(f"{path.stem}-{suffix}.py")
     path.write_text(repro.script(nodeid))
     return path
+
+
+def clean_scripts(results: Path, subject: str) -> None:
+    """Remove the scripts an earlier run of ``subject`` left (other subjects' folders are kept)."""
+    for stale in subject_folder(results, subject).glob("*.py"):
+        stale.unlink()
+
+
+def import_folder(spec: str, root: Path = ROOT) -> str | None:
+    """The ``sys.path`` folder that an external subject ``module:attribute`` is imported from.
+
+    Relative to ``root`` (the checkout) when inside it; None for registered names, modules the
+    checkout itself provides, and installed packages (site-packages), which import anywhere.
+    """
+    if ":" not in spec:
+        return None
+    top = spec.partition(":")[0].split(".")[0]
+    found = importlib.util.find_spec(top)
+    if found is None or not found.origin or found.origin in ("built-in", "frozen"):
+        return None
+    origin = Path(found.origin).resolve()
+    folder = origin.parent.parent if origin.name == "__init__.py" else origin.parent
+    if folder.name in ("site-packages", "dist-packages"):
+        return None
+    try:
+        rel = folder.relative_to(root.resolve())
+    except ValueError:
+        return str(folder)
+    return None if rel == Path() else rel.as_posix()
 
 
 def _resolve_backend(contract: str, name: str | None) -> enum.Enum | None:
@@ -223,6 +139,8 @@ def reproduce(repro: Reproduction) -> None:
     """Rerun the check of ``repro`` once, raising exactly as the failing example did."""
     from subjects.registry import resolve
 
+    if repro.subject_path:
+        sys.path.insert(0, repro.subject_path)
     module, _, name = repro.check.partition(":")
     fn = getattr(importlib.import_module(module), name)
     contract, config_type = fn.__fp4_check__
@@ -232,16 +150,43 @@ def reproduce(repro: Reproduction) -> None:
     fn(config_type.from_dict(repro.config), _resolve_backend(contract, repro.backend), policy)
 
 
+def parser() -> argparse.ArgumentParser:
+    """The command line of ``python -m harness.repro``."""
+    p = argparse.ArgumentParser(prog="python -m harness.repro", description=__doc__.splitlines()[0])
+    p.add_argument("check", help="MODULE:CHECK, e.g. conformance.test_nvfp4_moe:check_padding_invariance")
+    p.add_argument("--subject", default="builtin")
+    p.add_argument("--subject-path", help="folder to import an external subject from (added to sys.path)")
+    p.add_argument("--backend")
+    p.add_argument("--config", required=True, help="JSON configuration printed by the failing test")
+    return p
+
+
+def parse(argv: list[str]) -> Reproduction:
+    """The :class:`Reproduction` a command line names (the inverse of :meth:`Reproduction.argv`)."""
+    args = parser().parse_args(argv)
+    return Reproduction(args.check, args.subject, args.backend, json.loads(args.config), args.subject_path)
+
+
 def main(argv: list[str] | None = None) -> None:
-    parser = argparse.ArgumentParser(prog="python -m harness.repro", description=__doc__.splitlines()[0])
-    parser.add_argument("check", help="MODULE:CHECK, e.g. conformance.test_nvfp4_moe:check_padding_invariance")
-    parser.add_argument("--subject", default="builtin")
-    parser.add_argument("--backend")
-    parser.add_argument("--config", required=True, help="JSON configuration printed by the failing test")
-    args = parser.parse_args(argv)
-    sys.path.insert(0, str(ROOT))
-    reproduce(Reproduction(args.check, args.subject, args.backend, json.loads(args.config)))
+    repro = parse(sys.argv[1:] if argv is None else argv)
+    if str(ROOT) not in sys.path:
+        sys.path.insert(0, str(ROOT))
+    reproduce(repro)
     print("passed: the check did not fail for this configuration")
+
+
+def __getattr__(name: str) -> Any:
+    """Transition: the runner's names, once defined here, now live in :mod:`harness.properties`
+    and :mod:`harness.runner`; old imports (``from harness.repro import check, run_check``) keep working."""
+    if name in ("check", "record_event", "record_target", "property_test"):
+        from harness import properties
+
+        return getattr(properties, name)
+    if name in ("run_check", "KnownFailureFixed", "reported_reproduction"):
+        from harness import runner
+
+        return getattr(runner, name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 if __name__ == "__main__":

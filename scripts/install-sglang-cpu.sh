@@ -21,6 +21,11 @@ PY
 
 pip_i() { "$py" -m pip install --disable-pip-version-check -q "$@"; }
 
+# 0. No amd-aiter here (scripts/install-cpu.sh installs it): SGLang 0.5.23 guards
+#    `from aiter.ops.triton.quant import dynamic_mxfp4_quant` (srt/layers/quantization/quark/utils.py)
+#    with `except ImportError`, but without ROCm `import aiter` raises RuntimeError, so SGLang would not import.
+"$py" -m pip uninstall -y -q amd-aiter
+
 # 1. SGLang itself, no deps (its metadata pins a CUDA torch, torchvision and sgl-kernel).
 pip_i --no-deps sglang==0.5.23
 

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import enum
 import importlib
+import re
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -36,27 +37,47 @@ class SubjectError(ValueError):
 
 @dataclass(frozen=True)
 class KnownFailure:
-    """An upstream bug a subject is known to have, as a predicate over drawn configurations.
+    """An upstream bug a subject is known to have: where it applies and what it looks like.
 
     A check of ``contract`` (``check`` names one ``check_*`` function, None means any) on
-    ``backend`` (None: any) whose configuration satisfies ``applies`` is expected to fail: the
-    failure is recorded as expected, and a pass raises an alert that the bug is fixed.
+    ``backend`` (None: any) whose configuration satisfies ``applies`` is expected to fail *the
+    documented way*: with an exception of type ``raises`` whose message matches the regular
+    expression ``match`` (``re.search``). Only that failure is recorded as expected; any other
+    exception there (an ``ImportError`` from a broken adapter, a ``TypeError``, another
+    assertion) fails the example as usual, a missing library skips it, and a pass raises an
+    alert that the bug is fixed. When the bug is caught by the property itself, ``raises`` is
+    ``AssertionError`` and ``match`` quotes the property's own assertion message.
     """
 
     contract: str
     reason: str
     link: str
     applies: Callable[[Any], bool]
+    raises: type[BaseException] | tuple[type[BaseException], ...]
+    match: str
     backend: str | None = None
     check: str | None = None
 
+    def __post_init__(self) -> None:
+        re.compile(self.match)  # a bad pattern is an error where the ledger is written
+
     def matches(self, contract: str, check: str, backend: str | None, config: Any) -> bool:
+        """Whether a check run is where this bug applies (before it runs)."""
         return (
             self.contract == contract
             and self.check in (None, check)
             and self.backend in (None, backend)
             and self.applies(config)
         )
+
+    def recognises(self, exc: BaseException) -> bool:
+        """Whether ``exc`` is this bug: its type is ``raises`` and its message matches ``match``."""
+        return isinstance(exc, self.raises) and re.search(self.match, str(exc)) is not None
+
+    def describe(self) -> str:
+        """``TypeName matching 'pattern'``, for messages about unrecognised failures."""
+        types = self.raises if isinstance(self.raises, tuple) else (self.raises,)
+        return f"{' or '.join(t.__name__ for t in types)} matching {self.match!r}"
 
 
 @dataclass(frozen=True)
@@ -68,6 +89,10 @@ class Subject:
     policies: Mapping[str, Any]
     reproduces: str = ""
     known_failures: tuple[KnownFailure, ...] = field(default=())
+    missing: Callable[[], str | None] | None = None
+    """Why this subject cannot run on this machine (None when it can), asked once before the first
+    test: an engine subject whose engine is not installed is a usage error, not a run of skips or
+    failures. It should be cheap (look for the package, do not import it)."""
 
     def policy(self, contract: str) -> Any | None:
         return self.policies.get(contract)

@@ -158,6 +158,13 @@ REQUIRED_SYMBOLS = {
 import, so a moved or renamed one fails loudly, naming it."""
 
 
+def sglang_missing() -> str | None:
+    """Why the ``sglang`` subject cannot run here (SGLang not installed), without importing SGLang."""
+    if importlib.util.find_spec("sglang") is None:
+        return "SGLang is not installed; run scripts/install-sglang-cpu.sh"
+    return None
+
+
 @functools.cache
 def sglang_modules() -> types.SimpleNamespace:
     """Import SGLang's modules under test and check every symbol of :data:`REQUIRED_SYMBOLS`.
@@ -548,6 +555,37 @@ def mxfp4_fused_moe_sizes(backend: Mxfp4MoeBackend, hidden: int, intermediate: i
     return layer.w13_weight.shape[1] // 2, 2 * layer.w13_weight.shape[2]
 
 
+def load_mxfp4_checkpoint(backend: Mxfp4MoeBackend, weights: MoeWeights) -> MoeWeights:
+    """One rank's gpt-oss-style MXFP4 experts after SGLang's loader: a real ``FusedMoE`` of
+    ``Mxfp4MoEMethod`` under ``backend``'s selection (TP 1) and ``FusedMoE.weight_loader`` with
+    ``expert_id=None`` for each expert tensor, the call ``GptOssForCausalLM._load_mxfp4_experts_weights``
+    makes after narrowing the rank's slice. Returns the buffers before post-load processing (biases as
+    fp32). Not the policy's placement yet: SGLang fills padded scales with E8M0 127, where the suite's
+    layout properties require zero bytes (``tests/test_sglang_subject.py`` pins both facts)."""
+    runner, platform, switches = MXFP4_BACKENDS[backend]
+    prefix = "model.layers.0.mlp.experts"
+    with sglang_layer_context(runner, platform) as m, contextlib.ExitStack() as stack:
+        for name, value in switches.items():
+            stack.enter_context(mock.patch.object(m.mxfp4, name, value))
+        config = m.mxfp4.Mxfp4Config(is_checkpoint_mxfp4_serialized=True)
+        layer = m.FusedMoE(
+            num_experts=weights.w13.shape[0], hidden_size=weights.hidden_size,
+            intermediate_size=weights.intermediate_size, layer_id=0, top_k=1, quant_config=config,
+            prefix=prefix, activation="silu", with_bias=True,
+        )  # fmt: skip
+        tensors = {"w13_weight": weights.w13, "w13_weight_scale": weights.w13_scale, "w2_weight": weights.w2,
+                   "w2_weight_scale": weights.w2_scale, "w13_weight_bias": weights.w13_bias,
+                   "w2_weight_bias": weights.w2_bias}  # fmt: skip
+        for name, tensor in tensors.items():
+            if tensor is not None:
+                layer.weight_loader(getattr(layer, name), tensor, f"{prefix}.{name}", shard_id=None, expert_id=None)
+        return MoeWeights(
+            w13=layer.w13_weight.detach(), w13_scale=layer.w13_weight_scale.detach(), w2=layer.w2_weight.detach(),
+            w2_scale=layer.w2_weight_scale.detach(), block=32, fc1_layout=weights.fc1_layout,
+            w13_bias=layer.w13_weight_bias.detach().float(), w2_bias=layer.w2_weight_bias.detach().float(),
+        )  # fmt: skip
+
+
 class SglangMxfp4MoeAlignment(BuiltinMxfp4MoeAlignment):
     """Sizes from a real ``FusedMoE`` of SGLang's ``Mxfp4MoEMethod`` (``quantization/mxfp4.py``), for the
     SGLang backend :data:`MXFP4_BACKENDS` names.
@@ -618,6 +656,8 @@ SGLANG_KNOWN_FAILURES: tuple[KnownFailure, ...] = (
         "(Gemma-4-26B-A4B TP=2, Step-3.7-Flash TP=8); open fix: PR #30888",
         "https://github.com/sgl-project/sglang/issues/30887",
         applies=_gated_rows_not_128,
+        raises=AssertionError,
+        match=r"The intermediate size required padding, but padding is also implemented for gated activations",
         backend=Nvfp4MoeBackend.FLASHINFER_CUTLASS.value,
     ),
     *(
@@ -629,6 +669,8 @@ SGLANG_KNOWN_FAILURES: tuple[KnownFailure, ...] = (
             "found by this suite, not reported upstream",
             f"{SGLANG_SOURCE}/layers/moe/moe_runner/flashinfer_trtllm.py",
             applies=_hidden_not_128,
+            raises=AssertionError,
+            match=r"rejected FC2 scales with \d+ rows: input_tensor\.shape\[0\]=\d+ must be a multiple of 128",
             backend=Nvfp4MoeBackend.FLASHINFER_TRTLLM.value,
             check=check,
         )
@@ -642,6 +684,8 @@ SGLANG_KNOWN_FAILURES: tuple[KnownFailure, ...] = (
         "settled by trtllm_fp4_block_scale_moe on a B200 at H = 2688 against the reference",
         f"{SGLANG_SOURCE}/layers/moe/moe_runner/flashinfer_trtllm.py",
         applies=_hidden_128_not_256,
+        raises=AssertionError,
+        match=r"hidden size \d+ is not a multiple of 256 \(FlashInfer 0\.7\.4: 128 gives wrong results\)",
         backend=Nvfp4MoeBackend.FLASHINFER_TRTLLM.value,
         check="check_flashinfer_accepts",
     ),
@@ -655,6 +699,8 @@ SGLANG_KNOWN_FAILURES: tuple[KnownFailure, ...] = (
             "64, 128 (N = 160 as control), M = 2..64, against the dequantized reference",
             f"{SGLANG_SOURCE}/layers/quantization/quark/schemes/quark_w4a4_mxfp4.py",
             applies=_small_n_asm_capable,
+            raises=AssertionError,
+            match=r"guard falls back to Triton for scale \(\d+, \d+\)",
             check=check,
         )
         for check in ("check_asm_guard_truth_table", "check_asm_taken_where_supported")
@@ -666,6 +712,8 @@ SGLANG_KNOWN_FAILURES: tuple[KnownFailure, ...] = (
         "Mxfp4MoEMethod's comment notes it); found by this suite, not reported upstream",
         f"{SGLANG_SOURCE}/layers/moe/fused_moe_triton/layer.py",
         applies=_hidden_256_over_128,
+        raises=AssertionError,
+        match=r"over-padding: H \d+ was padded to \d+, but \d+ is accepted",
         backend=Mxfp4MoeBackend.FLASHINFER_CUTLASS_SM90.value,
         check="check_minimal_and_idempotent",
     ),
@@ -677,6 +725,8 @@ SGLANG_KNOWN_FAILURES: tuple[KnownFailure, ...] = (
         "to SGLang",
         f"{SGLANG_SOURCE}/layers/quantization/mxfp4.py",
         applies=lambda config: _inter_128_over_64(config) or _hidden_256_over_128(config),
+        raises=AssertionError,
+        match=r"over-padding: [IH] \d+ was padded to \d+, but \d+ is accepted",
         backend=Mxfp4MoeBackend.MARLIN.value,
         check="check_minimal_and_idempotent",
     ),
@@ -693,5 +743,6 @@ register_subject(
             MXFP4_MOE: SglangMxfp4MoeAlignment(),
         },
         known_failures=SGLANG_KNOWN_FAILURES,
+        missing=sglang_missing,
     )
 )

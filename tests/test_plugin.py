@@ -1,4 +1,5 @@
-"""Self-tests of the pytest plugin: options, profiles, worker-to-device mapping, reproductions.
+"""Self-tests of the pytest plugin: options, profiles, worker-to-device mapping, reproductions,
+and the ``check`` decorator that writes each property once.
 
 The end-to-end tests run the real conformance suite in a subprocess (``python -m pytest``) on
 one property and assert on its exit status and output.
@@ -6,14 +7,18 @@ one property and assert on its exit status and output.
 
 from __future__ import annotations
 
+import inspect
+import json
 import os
+import shlex
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
 
-from harness import devices, profiles
+from harness import devices, profiles, repro
+from harness.hardware import machine
 from harness.repro import Reproduction
 from subjects.registry import SubjectError, known_bad, resolve
 
@@ -81,7 +86,7 @@ def test_profile_selection(option: str | None, env: dict[str, str], want: str) -
 
 
 def test_unknown_profile_is_a_clear_error() -> None:
-    with pytest.raises(ValueError, match="unknown Hypothesis profile 'fast'"):
+    with pytest.raises(ValueError, match=r"unknown Hypothesis profile 'fast' \(--hypothesis-profile\)"):
         profiles.selected_profile("fast", {})
 
 
@@ -166,24 +171,52 @@ def test_known_bad_failure_writes_a_reproduction_that_fails_the_same_way(tmp_pat
     )
     assert result.returncode == 1, result.stdout[-3000:]
     assert "reproduce: python -m harness.repro conformance.test_nvfp4_moe:check_padding_invariance" in result.stdout
-    scripts = list((tmp_path / "results" / "repro").glob("*.py"))
+    scripts = list((tmp_path / "results" / "repro" / "bad-end-padding").glob("*.py"))
     assert len(scripts) == 1
-    rerun = subprocess.run([sys.executable, str(scripts[0])], capture_output=True, text=True, timeout=300)
+    rerun = subprocess.run([sys.executable, str(scripts[0])], cwd=ROOT, capture_output=True, text=True, timeout=300)
     assert rerun.returncode != 0
     assert "padding changed the MoE output" in rerun.stderr
 
 
 def test_summary_table_reports_contract_backend_hardware(tmp_path: Path) -> None:
-    result = run_pytest(NVFP4, "-k", "layout_contract", tmp_path=tmp_path)
+    result = run_pytest(NVFP4, "-k", "layout_contract and cutlass", tmp_path=tmp_path)
     assert result.returncode == 0, result.stdout[-3000:]
-    assert "fp4 conformance summary (contract x backend x hardware)" in result.stdout
-    assert (tmp_path / "results" / "summary.json").exists()
+    lines = result.stdout.splitlines()
+    title = next(i for i, line in enumerate(lines) if "fp4 conformance summary (contract x backend x hardware)" in line)
+    assert lines[title + 1].split() == ["contract", "backend", "hardware", "pass", "fail", "skip", "xfail", "xpass"]
+    hw = machine().describe()
+    assert lines[title + 2].split() == ["nvfp4_moe", "flashinfer-cutlass", *hw.split(), "1", "0", "0", "0", "0"]
+    rows = json.loads((tmp_path / "results" / "summary.json").read_text())
+    assert rows == [
+        {
+            "contract": "nvfp4_moe",
+            "backend": "flashinfer-cutlass",
+            "hardware": hw,
+            "passed": 1,
+            "failed": 0,
+            "skipped": 0,
+            "xfailed": 0,
+            "xpassed": 0,
+            "skip_reasons": {},
+        }
+    ]
 
 
-def test_reproduction_command_round_trips() -> None:
-    r = Reproduction("conformance.test_nvfp4_moe:check_layout_contract", "builtin", "flashinfer-cutlass", {"a": 1})
-    assert r.command().startswith("python -m harness.repro conformance.test_nvfp4_moe:check_layout_contract")
-    assert "--backend flashinfer-cutlass" in r.command()
+@pytest.mark.parametrize("subject_path", [None, "engines/mine"])
+def test_reproduction_command_round_trips(subject_path: str | None) -> None:
+    """The printed command, split as a shell splits it, parses back to the same reproduction."""
+    r = Reproduction(
+        "conformance.test_nvfp4_moe:check_layout_contract",
+        "my_engine.moe:policy",
+        "flashinfer-cutlass",
+        {"model": "gemma-4-26b-a4b", "note": 'it\'s "quoted" $HOME', "nested": {"a": [1, 2.5, None, True]}},
+        subject_path,
+    )
+    argv = shlex.split(r.command())
+    assert argv[:4] == ["python", "-m", "harness.repro", r.check]
+    assert repro.parse(argv[3:]) == r
+    bare = Reproduction(r.check, "builtin", None, {})
+    assert repro.parse(bare.argv()) == bare
 
 
 def test_policy_class_by_import_path_is_instantiated() -> None:
@@ -200,7 +233,7 @@ CRASHING_MODULE = """
 import os
 from dataclasses import dataclass
 
-from harness.repro import check, run_check
+from harness.repro import check, run_check  # the names before harness.properties / harness.runner
 from strategies.config import Config
 
 
@@ -242,8 +275,8 @@ def test_worker_crash_is_reported_with_its_reproduction(tmp_path: Path) -> None:
     out = result.stdout + result.stderr
     assert result.returncode == 1, out[-3000:]
     assert "1 failed, 1 passed" in out, out[-3000:]
-    assert "worker crashed during a kernel call; reproduce: python -m harness.repro" in out, out[-3000:]
-    assert list((tmp_path / "results" / "repro").glob("*-crash.py"))
+    assert "worker crashed during this example; reproduce: python -m harness.repro" in out, out[-3000:]
+    assert list((tmp_path / "results" / "repro" / "builtin").glob("*-crash.py"))
 
 
 def test_model_pins_select_the_pinned_regressions() -> None:
@@ -256,3 +289,76 @@ def test_model_pins_select_the_pinned_regressions() -> None:
     assert not matches_pin(gemma_tp4, Pin("gemma-4-26b-a4b", 2))
     assert not matches_pin(gemma_tp4, Pin("qwen3-30b-a3b"))
     assert not matches_pin(gemma_tp4, Pin(tp=4, ep=True))
+
+
+# --- properties written once ---------------------------------------------------------------------
+
+
+def test_check_generates_the_hypothesis_test_and_keeps_the_bare_check() -> None:
+    from conformance import test_shared_expert as module
+
+    for name in ("fusion_resolved_first", "decision_table", "dense_expert_reaches_no_unswizzlable_asm"):
+        bare, test = getattr(module, f"check_{name}"), getattr(module, f"test_{name}")
+        assert bare.__fp4_check__[0] == "shared_expert"
+        assert list(inspect.signature(bare).parameters) == ["case", "backend", "policy"]
+        assert not hasattr(test, "__fp4_check__"), "the bench would count the test as a second check"
+        assert test.hypothesis.inner_test.__name__ == f"test_{name}" and test.__doc__ == bare.__doc__
+        params = inspect.signature(test).parameters
+        assert "request" in params and "policy" in params and "backend" not in params
+
+
+GENERATED_MODULE = """
+import pytest
+from dataclasses import dataclass
+from hypothesis import strategies as st
+
+from harness.properties import ALL_BACKENDS, check, property_test
+from strategies.config import Config
+from subjects.mxfp4_moe import CONTRACT, Mxfp4MoeBackend
+
+pytestmark = pytest.mark.contract(CONTRACT)
+
+
+@dataclass(frozen=True)
+class Size(Config):
+    n: int
+
+
+@check(CONTRACT, Size, strategy=st.builds(Size, st.integers(1, 5)), examples=[Size(99)], backends=ALL_BACKENDS)
+def check_small(size, backend, policy):
+    "n stays small (the pinned 99 does not)."
+    assert size.n < 50, f"n = {size.n} is large"
+
+
+property_test(check_small, name="test_small_on_marlin", strategy=st.builds(Size, st.just(1)),
+              backends=[Mxfp4MoeBackend.MARLIN])
+"""
+
+
+def test_generated_tests_run_parametrized_and_filtered_by_backend(tmp_path: Path) -> None:
+    from subjects.mxfp4_moe import Mxfp4MoeBackend
+
+    module = tmp_path / "test_generated.py"
+    module.write_text(GENERATED_MODULE)
+    env = {**os.environ, "FP4_PROFILE": "ci", "PYTHONPATH": str(ROOT)}
+    env.pop("PYTEST_XDIST_WORKER", None)
+    base = [sys.executable, "-m", "pytest", str(module), "-p", "harness.plugin", "-p", "no:cacheprovider", "-q"]
+    base += ["--rootdir", str(tmp_path), "--results", str(tmp_path / "results")]
+    collected = subprocess.run([*base, "--collect-only"], cwd=tmp_path, env=env, capture_output=True, text=True)
+    want = {f"test_generated.py::test_small[{b.value}]" for b in Mxfp4MoeBackend}
+    want.add("test_generated.py::test_small_on_marlin[marlin]")
+    assert {line for line in collected.stdout.splitlines() if "::" in line} == want, collected.stdout
+    marlin = subprocess.run([*base, "--backend", "marlin"], cwd=tmp_path, env=env, capture_output=True, text=True)
+    out = marlin.stdout
+    assert marlin.returncode == 1, out[-3000:]
+    assert f"1 failed, 1 passed, {len(want) - 2} deselected" in out, out[-3000:]
+    assert "AssertionError: n = 99 is large" in out
+    assert "reproduce: python -m harness.repro test_generated:check_small --subject builtin --backend marlin" in out
+
+
+def test_backend_option_collects_only_that_backend(tmp_path: Path) -> None:
+    """Tests with their own backend parametrization are filtered too (they ran under any --backend)."""
+    result = run_pytest("conformance", "--backend", "marlin", "--collect-only", tmp_path=tmp_path)
+    items = [line for line in result.stdout.splitlines() if "::" in line]
+    assert result.returncode == 0 and items, result.stdout[-3000:]
+    assert all(line.endswith("[marlin]") for line in items), [i for i in items if not i.endswith("[marlin]")]

@@ -10,7 +10,7 @@ from hypothesis import Phase, example, given, settings
 from backends.nvfp4_moe import Nvfp4MoeBackend
 from conformance.test_nvfp4_moe import check_flashinfer_accepts, check_padding_invariance
 from contracts.moe import AlignedMoe
-from harness.repro import CONTEXT, LAST_FAILURE, reported_reproduction, run_check
+from harness.runner import active, reported_reproduction, run_check
 from strategies.moe import moe_shapes, pinned_shape
 from subjects.nvfp4_moe import BuiltinNvfp4MoeAlignment, GatedPad16Alignment
 
@@ -36,7 +36,8 @@ def test_reported_reproduction_is_the_example_hypothesis_reports() -> None:
     assert len(ran) == 2 and ran[0] != ran[1]
     reported = reported_reproduction(info.value)
     assert reported is not None and reported.config == ran[0].to_dict()
-    assert LAST_FAILURE[CONTEXT.nodeid].config == ran[1].to_dict()
+    state = active()
+    assert state.last_failure[state.nodeid].config == ran[1].to_dict()
 
 
 class NanScalePadding(BuiltinNvfp4MoeAlignment):
