@@ -1,4 +1,4 @@
-"""Weight and scale layout transforms, each with its inverse, from ``../shared/docs/layouts.md``.
+"""Weight and scale layout transforms, each with its inverse, from ``docs/layouts.md``.
 
 Every transform is defined here once and imported everywhere else. Row permutations are
 returned as index tensors ``perm`` with ``out = x[perm]`` (``perm[dst] = src``), the FlashInfer
@@ -117,7 +117,7 @@ def gated_reorder(rows: int) -> torch.Tensor:
 def fc1_permutation(
     rows: int, gated: bool, scales: bool, epilogue_tile_m: int = TRTLLM_EPILOGUE_TILE_M
 ) -> torch.Tensor:
-    """Composed FC1 row permutation ``g[r]`` of trtllm-gen FP4 weight prep (``layouts.md`` §7).
+    """Composed FC1 row permutation ``g[r]`` of trtllm-gen FP4 weight prep (``docs/layouts.md`` §7).
 
     ``g`` is :func:`gated_reorder` (identity if not gated); ``r`` the row shuffle, its scale
     variant (``M % 128``) when ``scales``. ``out[i] = x[g[r[i]]]``.

@@ -181,7 +181,7 @@ def _mxfp4_weights(intermediate: int, hidden: int) -> MoeWeights:
 @pytest.mark.parametrize(
     ("backend", "want"),
     [
-        # gpt-oss (I 720, H 2880): notes-vllm.md §c
+        # gpt-oss (I 720, H 2880): docs/vllm-logic.md §8
         (Mxfp4MoeBackend.FLASHINFER_TRTLLM, (768, 3072)),
         (Mxfp4MoeBackend.FLASHINFER_CUTLASS_SM90, (768, 2944)),
         (Mxfp4MoeBackend.AITER, (768, 3072)),
