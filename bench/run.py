@@ -160,9 +160,16 @@ def markdown(report: dict[str, Any]) -> str:
 README_START, README_END = "<!-- bench:start -->", "<!-- bench:end -->"
 
 
-def readme_section(report: dict[str, Any], command: str) -> str:
+def command_of(report: dict[str, Any]) -> str:
+    """The ``python -m bench`` options that measured ``report``."""
+    if report.get("quick"):
+        return "python -m bench --quick"
+    return f"python -m bench --seeds {len(report['seeds'])} --budget {report['budget']} --rate-seeds {report['rate_seeds']}"
+
+
+def readme_section(report: dict[str, Any]) -> str:
     """The README's bench results, generated from a report: conditions, then one row per subject."""
-    seeds, budget = len(report["seeds"]), report["budget"]
+    seeds, budget, command = len(report["seeds"]), report["budget"], command_of(report)
     grid_hits = {
         r["subject"]: (
             sum(g["catches"].get(r["subject"]) == "caught" for g in report["grids"]),
@@ -222,8 +229,10 @@ def run(
     *,
     budget: int,
     rate_seeds: int | None,
+    quick: bool = False,
     subjects: list[str] | None = None,
     with_throughput: bool = True,
+    with_grids: bool = True,
 ) -> dict[str, Any]:
     """Run all three measurements; write ``bench.md`` and ``bench.json`` into ``out``."""
     from bench.grids_adapter import grid_configs
@@ -236,7 +245,7 @@ def run(
         suite.append(detect(subject, seeds, budget, rate_seeds, draws).row())
         print(f"bench: {subject.name} measured in {time.perf_counter() - began:.0f} s", file=sys.stderr, flush=True)
     grids = []
-    for grid, contract, configs in grid_configs():
+    for grid, contract, configs in grid_configs() if with_grids else ():
         catches = {}
         for s in chosen:
             if s.policy(contract) is None:
@@ -253,6 +262,7 @@ def run(
         "seeds": seeds,
         "budget": budget,
         "rate_seeds": min(rate_seeds or len(seeds), len(seeds)),
+        "quick": quick,
         "suite": suite,
         "grids": grids,
         "throughput": throughput() if with_throughput else [],

@@ -195,6 +195,7 @@ def _register(
     test.__name__ = test.__qualname__ = name
     test.__module__ = namespace.get("__name__", fn.__module__)
     test.__doc__ = fn.__doc__
+    test.__fp4_property__ = fn  # type: ignore[attr-defined]  # the check it runs (read by the bench)
     decorated: Any = pinned_examples(argname, pins)(test)
     for config in reversed(list(examples)):
         decorated = example(**{argname: config})(decorated)
