@@ -324,7 +324,7 @@ class ActivationBlocks(Config):
 
 
 RCEIL_EVEN_BAND = (1.5, 1.75)
-"""Open interval of amax mantissas where RCEIL (RoundUp) and EVEN scale exponents differ (formats.md §7)."""
+"""Open interval of amax mantissas where RCEIL (RoundUp) and EVEN scale exponents differ (docs/formats.md §7)."""
 
 
 def _fp32(x: float) -> float:

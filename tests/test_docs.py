@@ -100,7 +100,7 @@ def test_citation_parser(tmp_path: Path, text: str, want: list[tuple[str, str]])
 
 
 _DOC_NAMES = "formats|layouts|vllm-logic|kernels|models|regressions|testing-anchors|notes-vllm"
-_BARE = re.compile(r"(?<![\w/.\-\[(])(?:" + _DOC_NAMES + r")\.md\b|\.\./shared/")
+_BARE = re.compile(r"(?<![\w/.\-\[])(?:" + _DOC_NAMES + r")\.md\b|\.\./shared/")
 # Words that only make sense where the text was written, not to a reader of the repository; split so that
 # this file does not match itself.
 _UNPLACED = re.compile(

@@ -181,7 +181,7 @@ def test_fc1_permutation(rows: int, gated: bool, scales: bool) -> None:
 
 
 @given(rows=ROWS, scales=st.booleans())
-@example(rows=2880, scales=True)  # gpt-oss H: refused (layouts.md §7)
+@example(rows=2880, scales=True)  # gpt-oss H: refused (docs/layouts.md §7)
 @example(rows=2944, scales=True)
 def test_fc2_permutation(rows: int, scales: bool) -> None:
     assert_agree(

@@ -105,7 +105,7 @@ def fp32(x: float) -> float:
 
 
 def test_e2m1_codebook_matches_field_formula() -> None:
-    """Sign bit 3, exponent bits 2..1 (bias 1), mantissa bit 0; subnormal 0.5·f (formats.md §1)."""
+    """Sign bit 3, exponent bits 2..1 (bias 1), mantissa bit 0; subnormal 0.5·f (docs/formats.md §1)."""
     want = []
     for c in range(16):
         e, f = (c >> 1) & 3, c & 1
@@ -122,7 +122,7 @@ def test_e2m1_codebook_matches_ml_dtypes(mld) -> None:
 
 
 def test_pack_fp4_low_nibble_first_for_every_code_pair() -> None:
-    """``byte = code[2j] | code[2j+1] << 4`` for all 256 pairs; unpack is the inverse (formats.md §2)."""
+    """``byte = code[2j] | code[2j+1] << 4`` for all 256 pairs; unpack is the inverse (docs/formats.md §2)."""
     even, odd = ALL_BYTES & 0xF, ALL_BYTES >> 4
     codes = torch.stack((even, odd), dim=-1)  # [256, 2]: row b holds the pair that packs into byte b
     assert torch.equal(pack_fp4(codes), ALL_BYTES[:, None])
@@ -329,7 +329,7 @@ def test_ue8m0_flashinfer_host_convention_is_b_shl_23() -> None:
 
 
 def test_ue8m0_exp2_convention() -> None:
-    """``torch.exp2(b - 127)`` in fp32 is the mixed convention: 2^-127 and +Inf (formats.md §5)."""
+    """``torch.exp2(b - 127)`` in fp32 is the mixed convention: 2^-127 and +Inf (docs/formats.md §5)."""
     got = ue8m0_decode(ALL_BYTES, Ue8m0Byte0.POW2, Ue8m0Byte255.INF)
     assert_same_bits(got, torch.exp2(ALL_BYTES.float() - 127), ALL_BYTES, "POW2/INF vs exp2")
 
