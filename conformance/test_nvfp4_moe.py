@@ -191,7 +191,7 @@ def test_minimal_and_idempotent(shape: MoeShape, backend: Nvfp4MoeBackend, polic
     run_check(check_minimal_and_idempotent, shape, backend, policy)
 
 
-@pytest.mark.backends(Nvfp4MoeBackend.FLASHINFER_TRTLLM)
+@pytest.mark.backends(Nvfp4MoeBackend.FLASHINFER_TRTLLM, Nvfp4MoeBackend.FLASHINFER_TRTLLM_PER_TOKEN)
 @given(shape=moe_shapes())
 @pinned
 def test_prepare_round_trip(shape: MoeShape, backend: Nvfp4MoeBackend, policy: MoeAlignment) -> None:
