@@ -120,7 +120,13 @@ def check_minimal_and_idempotent(shape: MoeShape, backend: Nvfp4MoeBackend, poli
     assert_idempotent(policy, backend, aligned, shape.gated)
 
 
-@check(CONTRACT, MoeShape, strategy=moe_shapes(), pins=REGRESSIONS, backends=TRTLLM)
+@check(
+    CONTRACT,
+    MoeShape,
+    strategy=moe_shapes(),
+    pins=REGRESSIONS,
+    backends=[Nvfp4MoeBackend.FLASHINFER_TRTLLM, Nvfp4MoeBackend.FLASHINFER_TRTLLM_PER_TOKEN],
+)
 def check_prepare_round_trip(shape: MoeShape, backend: Nvfp4MoeBackend, policy: MoeAlignment) -> None:
     """Undoing FlashInfer's trtllm-gen shuffles and the 128x4 swizzle gives back the padded tensors."""
     aligned, _ = align_nvfp4(shape, backend, policy)

@@ -15,7 +15,7 @@ Inputs follow FlashInfer's unified MoE fuzzer: activations are snapped to the NV
 quantization is then lossless) and the intermediate's global scale is calibrated from the
 reference, as ``trtllm_gen_fused_moe_utils.py`` does. Weights are the seed's random FP4 bytes.
 
-Assumption (``kernels.md`` §2.5 item 6, open): the policy's ``Ip`` is passed to trtllm-gen as
+Assumption (``docs/kernels.md`` §2.5 item 6, open): the policy's ``Ip`` is passed to trtllm-gen as
 ``intermediate_size`` unchanged, also when ``Ip ≡ 64 (mod 128)`` (vLLM's gated rule, e.g.
 Gemma-4 TP4: 176 -> 192). FlashInfer 0.7.4's ``valid_intermediate_size`` docstring says the
 kernels need a multiple of 128, yet the monolithic FP4 launcher has no such check (only the staged

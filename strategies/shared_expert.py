@@ -1,4 +1,4 @@
-"""Hypothesis strategies for the shared-expert placement decision (``vllm-logic.md`` §12).
+"""Hypothesis strategies for the shared-expert placement decision (``docs/vllm-logic.md`` §12).
 
 A case is one MoE block's shared expert (global intermediate size ``I``, hidden size ``H``) under
 a parallel configuration (TP degree, EP, sequence parallelism), a quantization group (32 for

@@ -47,6 +47,7 @@ from backends.mxfp4_moe import CONTRACT as MXFP4_MOE
 from backends.mxfp4_moe import Mxfp4MoeBackend
 from backends.nvfp4_moe import CONTRACT as NVFP4_MOE
 from backends.nvfp4_moe import Nvfp4MoeBackend
+from contracts.errors import LibraryUnavailable
 from contracts.moe import AlignedMoe, MoeWeights
 from contracts.mxfp4_linear import CONTRACT as MXFP4_LINEAR
 from contracts.mxfp4_linear import PreparedMxfp4Linear
@@ -291,6 +292,8 @@ def nvfp4_fused_moe(
     (``ModelOptFp4Config``, group 16, no per-token activation) of global ``intermediate`` size, under
     ``--moe-runner-backend`` :data:`NVFP4_BACKENDS` on a B200 (:func:`sglang_layer_context`): its
     constructor picks ``ModelOptNvFp4FusedMoEMethod``, whose ``create_weights`` rounds and allocates."""
+    if backend not in NVFP4_BACKENDS:
+        raise LibraryUnavailable(f"the SGLang subject does not map NVFP4 MoE backend {backend.value} (NVFP4_BACKENDS)")
     with sglang_layer_context(NVFP4_BACKENDS[backend], BLACKWELL, tp, rank) as m:
         config = m.modelopt.ModelOptFp4Config(
             is_checkpoint_nvfp4_serialized=True, group_size=16, use_per_token_activation=False
