@@ -247,7 +247,7 @@ def check_kernel_padding_invariance(shape: MoeShape, backend: Nvfp4MoeBackend, p
 
 
 for _check in (check_kernel_matches_reference, check_kernel_padding_invariance):
-    for _backend in Nvfp4MoeBackend:
+    for _backend in (b for b in Nvfp4MoeBackend if record(b).kernel is not None):
         property_test(
             _check,
             name=f"test_{_backend.name.removeprefix('FLASHINFER_').lower()}_{_check.__name__.removeprefix('check_')}",
