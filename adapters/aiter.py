@@ -1,10 +1,10 @@
 """Calls into AMD AITER (ROCm/aiter): the MXFP4 activation quantizers and the two FP4 GEMMs.
 
 AITER imports only on a ROCm machine (``import aiter`` raises "ROCm version file not found"
-elsewhere, ``kernels.md`` §13.2), so every call imports lazily and raises
+elsewhere, ``docs/kernels.md`` §13.2), so every call imports lazily and raises
 :class:`AiterUnavailable` naming what is missing. The suite's own layouts
 (``reference.layouts``) prepare weights; these functions only run AITER's kernels, the way
-vLLM's ``gemm_with_dynamic_quant`` does (``vllm-logic.md`` §11):
+vLLM's ``gemm_with_dynamic_quant`` does (``docs/vllm-logic.md`` §11):
 
 * ASM path: ``per_1x32_f4_quant_hip(x, shuffle=True)`` then
   ``gemm_a4w4(x_q, w, x_s, w_s, dtype=bf16, bpreshuffle=True)[:M]``;

@@ -3,7 +3,7 @@
 Preparation as vLLM's Quark OCP-MX method and AITER's ``op_tests/test_moe_2stage.py`` (fp4x2
 weights, ``preshuffle``) do it, with AITER's own functions: ``shuffle_weight(w, (16, 16))`` on the
 packed bytes viewed as ``fp4x2`` and ``e8m0_shuffle`` on each scale viewed as ``[E·N, K/32]``,
-then viewed back as ``[E, N, K/32]`` (``vllm-logic.md`` §10). FC1 rows are ``[gate; up]``
+then viewed back as ``[E, N, K/32]`` (``docs/vllm-logic.md`` §10). FC1 rows are ``[gate; up]``
 (``GateMode.SEPARATED``). AITER imports only on ROCm; see :mod:`adapters.aiter`.
 """
 

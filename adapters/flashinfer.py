@@ -195,6 +195,20 @@ def trtllm_nvfp4_violations(intermediate: int, hidden: int, gated: bool) -> list
     return problems
 
 
+def trtllm_per_token_nvfp4_violations(intermediate: int, hidden: int, gated: bool) -> list[str]:
+    """:func:`trtllm_nvfp4_violations`, plus ``Hp % 512`` for a non-gated layer with a dynamic per-token
+    activation scale: the heuristic default tactic of those trtllm-gen cubins finds no valid config for a
+    K that is a multiple of 256 only (vLLM 0.33.0 ``trtllm_nvfp4_hidden_alignment``; a tactic rule, a
+    launch error rather than wrong output)."""
+    problems = trtllm_nvfp4_violations(intermediate, hidden, gated)
+    if not gated and hidden % 512:
+        problems.append(
+            f"hidden size {hidden} is not a multiple of 512: the per-token non-gated trtllm-gen cubins' default "
+            "tactic finds no valid config (vLLM 0.33.0 trtllm_nvfp4_hidden_alignment, Nemotron 2688 -> 2816)"
+        )
+    return problems
+
+
 def cutlass_nvfp4_violations(intermediate: int, hidden: int, gated: bool) -> list[str]:
     """Why ``cutlass_fused_moe`` NVFP4 would reject expert weights of padded sizes ``(Ip, Hp)``.
 

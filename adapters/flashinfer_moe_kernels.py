@@ -1,7 +1,7 @@
 """Runs FlashInfer 0.7.4's NVFP4 MoE kernels on one rank's padded expert weights (SM100 only).
 
 Written from FlashInfer's own tests (``tests/moe/trtllm_gen_fused_moe_utils.py``,
-``tests/moe/test_trtllm_cutlass_fused_moe.py::test_moe_nvfp4``) and ``kernels.md`` §2-§3, §11:
+``tests/moe/test_trtllm_cutlass_fused_moe.py::test_moe_nvfp4``) and ``docs/kernels.md`` §2-§3, §11:
 
 * :func:`run_trtllm_fp4_moe` drives ``trtllm_fp4_block_scale_moe`` (trtllm-gen cubins). FC1 rows
   ``[up; gate]`` go through FlashInfer's composed gated-reorder + row-shuffle indices, the block
@@ -13,7 +13,7 @@ Written from FlashInfer's own tests (``tests/moe/trtllm_gen_fused_moe_utils.py``
   unshuffled and viewed as ``torch.long``, 128x4-swizzled block scales viewed as ``int32``, the
   six ``quant_scales`` tensors, pre-quantized activations with swizzled scales, host routing.
 
-Global scales follow ``formats.md`` §6; :class:`Nvfp4MoeScales` holds decode scales and the
+Global scales follow ``docs/formats.md`` §6; :class:`Nvfp4MoeScales` holds decode scales and the
 kernels' encode/decode products are formed here. Activations are quantized by the suite's
 reference quantizer, so the caller knows the exact bytes the kernel reads; swizzles are
 :func:`reference.layouts.swizzle_128x4`, which equals FlashInfer's ``block_scale_interleave``
@@ -68,7 +68,7 @@ class Nvfp4MoeScales:
 
     ``w13``, ``w2``: fp32 ``[E]`` weight decode scales; ``activation``: decode scale of the
     hidden states fed to FC1; ``intermediate``: decode scale the kernel re-quantizes the activated
-    intermediate with before FC2. The encode scales of ``formats.md`` §6 are their reciprocals.
+    intermediate with before FC2. The encode scales of ``docs/formats.md`` §6 are their reciprocals.
     """
 
     w13: torch.Tensor

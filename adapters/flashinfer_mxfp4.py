@@ -33,7 +33,7 @@ multiple of 8: FlashInfer's own tests never go below 8 experts and some routing 
 TRTLLM_INTERMEDIATE_MULTIPLE = 128
 """FlashInfer 0.7.4: trtllm-gen tiles FC1 in 128-row blocks (``valid_intermediate_size`` docstring,
 ``prepare_trtllm_fp4_weights``), and ``pad_trtllm_moe_weights`` pads the intermediate to 128 by
-default. vLLM 0.33.0 rounds to 128 as well (an older vLLM used 256, ``vllm-logic.md`` §8)."""
+default. vLLM 0.33.0 rounds to 128 as well (an older vLLM used 256, ``docs/vllm-logic.md`` §8)."""
 
 
 def trtllm_mxfp4_violations(intermediate: int, hidden: int) -> list[str]:

@@ -120,6 +120,9 @@ class Mxfp4MoeRecord(BackendRecord):
     ``prepare``: the library's weight preparation after the policy (``None`` where none is modelled).
     ``kernel``: the runner of the real kernel (``None``: no kernel property); ``tolerances``: its bounds,
     by the metric the kernel property computes.
+
+    The multiples (what the built-in policy pads to) and ``violations`` (the oracle) are deliberately two
+    statements of the backend's rule: ``check_minimal_and_idempotent`` fails if they disagree.
     """
 
     fc1_layout: Fc1Layout

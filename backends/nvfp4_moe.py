@@ -34,6 +34,7 @@ class Nvfp4MoeBackend(enum.Enum):
 
     FLASHINFER_TRTLLM = "flashinfer-trtllm"  # trtllm_fp4_block_scale_moe (SM100)
     FLASHINFER_CUTLASS = "flashinfer-cutlass"  # cutlass_fused_moe NVFP4 (SM100+)
+    FLASHINFER_TRTLLM_PER_TOKEN = "flashinfer-trtllm-per-token"  # trtllm-gen, dynamic per-token activation scale
 
 
 @dataclass(frozen=True)
@@ -84,7 +85,8 @@ class Nvfp4MoeRecord(BackendRecord):
     """An NVFP4 MoE backend.
 
     ``fc1_layout``: how the kernel reads fused FC1 rows. ``intermediate_multiple`` (gated; per half)
-    and ``intermediate_multiple_non_gated``, ``hidden_multiple``: what the built-in policy rounds to.
+    and ``intermediate_multiple_non_gated``, ``hidden_multiple`` (``hidden_multiple_non_gated`` where a
+    non-gated layer needs more; ``None``: the same): what the built-in policy rounds to.
     ``violations(Ip, Hp, gated)``: why the backend rejects padded sizes (empty: accepted).
     ``prepare(aligned, gated)``: the library's weight preparation the suite can undo (``None``: the
     kernel reads the padded tensors as they are). ``kernel(aligned, x, logits, top_k, activation,
@@ -94,6 +96,9 @@ class Nvfp4MoeRecord(BackendRecord):
     compared with where the unpadded layer cannot run, and ``declares_valid_sizes``: whether that run
     passes ``valid_intermediate_size`` / ``valid_hidden_size``. ``kernel_hint(Ip)``: a triage note
     attached to kernel failures (empty when none applies).
+
+    The multiples (what the built-in policy pads to) and ``violations`` (the oracle) are deliberately two
+    statements of the backend's rule: ``check_minimal_and_idempotent`` fails if they disagree.
     """
 
     fc1_layout: Fc1Layout
@@ -108,8 +113,25 @@ class Nvfp4MoeRecord(BackendRecord):
     padding_reference: int | None = None
     declares_valid_sizes: bool = False
     kernel_hint: Callable[[int], str] | None = None
+    hidden_multiple_non_gated: int | None = None
 
-    OPTIONAL: ClassVar[frozenset[str]] = BackendRecord.OPTIONAL | {"prepare", "declares_valid_sizes", "kernel_hint"}
+    OPTIONAL: ClassVar[frozenset[str]] = BackendRecord.OPTIONAL | {
+        "prepare",
+        "declares_valid_sizes",
+        "kernel_hint",
+        "hidden_multiple_non_gated",
+        # A record without a kernel runner (no kernel_requires; tests/test_backends.py checks the pairing).
+        "kernel",
+        "kernel_activations",
+        "tolerance",
+        "padding_reference",
+    }
+
+    def hidden_multiple_for(self, gated: bool) -> int:
+        """The multiple the built-in policy rounds the hidden size of a (non-)gated layer to."""
+        if gated or self.hidden_multiple_non_gated is None:
+            return self.hidden_multiple
+        return self.hidden_multiple_non_gated
 
 
 def _trtllm_intermediate_hint(intermediate: int) -> str:
@@ -167,4 +189,34 @@ RECORDS = (
         padding_reference=128,  # FC1's K then equals FC2's rows, the shape cutlass_fused_moe needs
     ),
 )
-register(*RECORDS)
+PER_TOKEN_RECORD = Nvfp4MoeRecord(
+    member=Nvfp4MoeBackend.FLASHINFER_TRTLLM_PER_TOKEN,
+    contract=CONTRACT,
+    entry_point="flashinfer.fused_moe.trtllm_fp4_block_scale_moe (per_token_scale)",
+    requires=("flashinfer",),
+    sources=(
+        "vllm 0.33.0 vllm/model_executor/layers/quantization/utils/flashinfer_utils.py",
+        "vllm 0.33.0 vllm/model_executor/layers/quantization/modelopt.py",
+        "https://github.com/vllm-project/vllm/pull/39510",
+    ),
+    fc1_layout=Fc1Layout.UP_GATE,
+    intermediate_multiple=64,
+    intermediate_multiple_non_gated=128,
+    hidden_multiple=256,
+    hidden_multiple_non_gated=512,
+    violations=fi.trtllm_per_token_nvfp4_violations,
+    prepare=kernels.trtllm_fp4_weights,
+)
+"""trtllm-gen with a dynamic per-token activation scale (ModelOpt ``kNvfp4DynamicToken`` checkpoints).
+
+Weights, FC1 order and preparation are those of ``flashinfer-trtllm``; a non-gated layer's hidden size
+goes to 512 instead of 256 (vLLM 0.33.0 ``trtllm_nvfp4_hidden_alignment``). That 512 is a tactic rule,
+not a correctness rule: vLLM's docstring says the per-token non-gated cubins have "far fewer tile
+configs for 256-aligned K" and the heuristic default tactic fails with "No valid config found"
+(Nemotron H 2688 -> 2816). The failure is a hard launch error, never silently wrong output, and only
+the default (untuned) tactic is concerned; since that is how vLLM runs the layer, the suite treats
+``Hp % 512`` as an acceptance rule, so the minimal-padding property does not call 512 over-padding.
+No kernel runner: the suite's trtllm-gen runner passes per-tensor activation scales, so this record's
+kernel property is not written (its kernel would need ``sm100``)."""
+
+register(*RECORDS, PER_TOKEN_RECORD)

@@ -7,10 +7,11 @@ unless the ``ci`` run with its pins catches every chosen known-bad subject.
 from __future__ import annotations
 
 import argparse
+import json
 import sys
 from pathlib import Path
 
-from bench.run import readme_section, run, update_readme
+from bench.run import markdown, readme_section, run, update_readme
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -20,34 +21,41 @@ def main(argv: list[str] | None = None) -> int:
     )
     parser.add_argument("--seeds", type=int, default=20, help="Hypothesis seeds 0..N-1 per subject (default 20)")
     parser.add_argument(
-        "--budget", type=int, default=200, help="generated examples per property and seed (default 200)"
+        "--budget",
+        type=int,
+        default=200,
+        help="generated examples per property and seed beyond the ci budget (default 200)",
     )
     parser.add_argument(
-        "--rate-seeds", type=int, default=5, help="seeds whose every example is checked for failure rates (default 5)"
+        "--rate-seeds", type=int, default=5, help="seeds of the budget-example figures and failure rates (default 5)"
     )
     parser.add_argument(
         "--subject", action="append", help="only these subjects: a registered name or package.module:attr (repeatable)"
     )
     parser.add_argument("--no-throughput", action="store_true", help="skip the pytest throughput pass")
+    parser.add_argument("--no-grids", action="store_true", help="skip the fixed-grid comparison")
     parser.add_argument("--out", type=Path, default=Path("results/bench"), help="output folder")
     parser.add_argument("--readme", type=Path, help="also rewrite this README's generated bench section")
+    parser.add_argument("--from-json", type=Path, help="render a bench.json written earlier instead of measuring")
     args = parser.parse_args(argv)
-    seeds = [0] if args.quick else list(range(args.seeds))
-    budget = 25 if args.quick else args.budget
-    report = run(
-        seeds,
-        args.out,
-        budget=budget,
-        rate_seeds=1 if args.quick else args.rate_seeds,
-        subjects=args.subject,
-        with_throughput=not (args.quick or args.no_throughput),
-    )
-    print((args.out / "bench.md").read_text())
+    if args.from_json:
+        report = json.loads(args.from_json.read_text())
+    else:
+        report = run(
+            [0] if args.quick else list(range(args.seeds)),
+            args.out,
+            budget=25 if args.quick else args.budget,
+            rate_seeds=1 if args.quick else args.rate_seeds,
+            quick=args.quick,
+            subjects=args.subject,
+            with_throughput=not (args.quick or args.no_throughput),
+            with_grids=not args.no_grids,
+        )
+    print(markdown(report))
     if args.readme:
-        options = "--quick" if args.quick else f"--seeds {args.seeds} --budget {budget} --rate-seeds {args.rate_seeds}"
-        options += "".join(f" --subject {s}" for s in args.subject or ())
-        update_readme(args.readme, readme_section(report, f"python -m bench {options}"))
-    missed = [r["subject"] for r in report["suite"] if not r["with_pins"]["caught"].startswith(f"{len(seeds)}/")]
+        update_readme(args.readme, readme_section(report))
+    seeds = len(report["seeds"])
+    missed = [r["subject"] for r in report["suite"] if not r["with_pins"]["caught"].startswith(f"{seeds}/")]
     if args.quick and missed:
         print(f"NOT CAUGHT on every seed: {', '.join(missed)}", file=sys.stderr)
         return 1

@@ -7,8 +7,9 @@ seed and ``max_examples`` draws exactly the configurations the real test would s
 draws them once and calls each check directly (no pytest, no subprocess). Each test draws under
 its own seed (:func:`property_seed`), as the ``ci`` profile's per-test derandomization does.
 
-Three figures per known-bad subject, each over the seeds (examples count per property; a subject
-is caught at the fewest examples any of its properties needed):
+Three figures per known-bad subject (examples count per property; a subject is caught at the
+fewest examples any of its properties needed); the 25-example ones over every seed, the
+``budget``-example ones over the first ``rate_seeds`` seeds:
 
 * **with pins**: the ``ci`` run as shipped: pinned ``@example`` s first, then 25 generated
   examples per property;
@@ -28,6 +29,7 @@ from __future__ import annotations
 import dataclasses
 import enum
 import importlib
+import inspect
 import statistics
 import time
 import zlib
@@ -88,8 +90,7 @@ def _test_backends(
 ) -> tuple[enum.Enum | None, ...]:
     """The backends pytest runs ``test`` against on ``machine``, as the plugin parametrizes them: the
     contract's records (narrowed by ``@pytest.mark.backends``), each gated by its record's markers."""
-    inner = test.hypothesis.inner_test
-    if "backend" not in inner.__code__.co_varnames[: inner.__code__.co_argcount]:
+    if "backend" not in inspect.signature(test.hypothesis.inner_test).parameters:
         return (None,)
     chosen = next((m for m in marks if m.name == "backends"), None)
     members, kernel = (chosen.args, chosen.kwargs.get("kernel", False)) if chosen else ((), False)
@@ -112,8 +113,9 @@ def checks_of_module(module_name: str, contract: str) -> list[Callable[..., None
 def properties(contract: str, machine: hardware.Machine | None = None) -> list[Property]:
     """Every property of ``contract`` in :data:`CHECK_MODULES` that can run on ``machine``, per backend.
 
-    A test's check is the one ``@check`` function of its module its body names; its pins are its
-    ``@example`` configurations in the order Hypothesis runs them.
+    A test's check is the one it was generated from (:func:`harness.properties.check`), else the one
+    ``@check`` function of its module its body names; its pins are its ``@example`` configurations
+    in the order Hypothesis runs them.
     """
     machine = machine or hardware.machine()
     out = []
@@ -125,7 +127,11 @@ def properties(contract: str, machine: hardware.Machine | None = None) -> list[P
             marks = _marks(test) + _marks(module)
             if not name.startswith("test_") or handle is None or not _runnable_here({m.name for m in marks}, machine):
                 continue
-            called = [checks[n] for n in handle.inner_test.__code__.co_names if n in checks]
+            generated_from = getattr(handle.inner_test, "__fp4_property__", None)  # harness.properties.check
+            if generated_from is not None:
+                called = [generated_from] if generated_from.__name__ in checks else []
+            else:
+                called = [checks[n] for n in handle.inner_test.__code__.co_names if n in checks]
             if len(called) != 1 or len(handle._given_kwargs) != 1:
                 continue
             ((argname, strategy),) = handle._given_kwargs.items()
@@ -145,7 +151,7 @@ def generated(strategy: SearchStrategy[Any], seed: int, max_examples: int) -> li
         database=None,
         deadline=None,
         derandomize=False,
-        phases=(Phase.generate,),
+        phases=(Phase.generate, Phase.target),
         suppress_health_check=list(HealthCheck),
     )
     @hypothesis_seed(seed)
@@ -320,15 +326,16 @@ class Detection:
 def detect(
     subject: Subject, seeds: Sequence[int], budget: int, rate_seeds: int | None = None, draws: Draws | None = None
 ) -> Detection:
-    """Measure the three figures for ``subject`` over ``seeds``.
+    """Measure the three figures for ``subject``.
 
-    Per seed: pins then the 25-example ci sequence; the 25-example sequence alone; the
-    ``budget``-example sequence from its start and after the seed-independent prefix; each
-    stops at the first failure of any property (:meth:`Outcomes.first_failure`). Failure rates
-    then evaluate every example of the ``budget`` sequences of the first ``rate_seeds`` seeds
-    (all when None) for the properties that caught the subject first on some seed (the
-    property with the best rate is among them unless it never fails first; the slow reference
-    checks are spared where a cheap check catches the same bug).
+    Over every seed: pins then the 25-example ci sequence, and the 25-example sequence alone.
+    Over the first ``rate_seeds`` seeds (all when None), the ``budget``-example sequences: from
+    their start and after the seed-independent prefix (common to those seeds). Each figure stops
+    at the first failure of any property (:meth:`Outcomes.first_failure`). Failure rates then
+    evaluate every example of those ``budget`` sequences for the properties that caught the
+    subject first somewhere (the property with the best rate is among them unless it never fails
+    first; the slow reference checks are spared where a cheap check catches the same bug).
+    Sequences depend on the property and the seed only, so subjects of one contract share ``draws``.
     """
     props = [p for contract in subject.policies for p in properties(contract)]
     draws, outcomes = draws or Draws(), Outcomes(subject)
@@ -336,7 +343,8 @@ def detect(
     def drawn(prop: Property, seed: int, max_examples: int) -> list[Any]:
         return draws.get(prop.strategy, property_seed(prop.test, seed), max_examples)
 
-    prefix = {p.test: common_prefix([drawn(p, seed, budget) for seed in seeds]) for p in props}
+    searched = list(seeds)[: rate_seeds or len(seeds)]
+    prefix = {p.test: common_prefix([drawn(p, seed, budget) for seed in searched]) for p in props}
     for p in props:  # one example each first, so the cheapest properties run first from the start
         outcomes.fails(p, drawn(p, seeds[0], CI_EXAMPLES)[0])
     figures = {
@@ -351,24 +359,24 @@ def detect(
         runs = {
             "pins": [(p, list(p.pins) + drawn(p, seed, CI_EXAMPLES)) for p in props],
             "ci": [(p, drawn(p, seed, CI_EXAMPLES)) for p in props],
-            "generation": [(p, drawn(p, seed, budget)) for p in props],
-            "search": [(p, drawn(p, seed, budget)[prefix[p.test] :]) for p in props],
         }
-        for key, figure in figures.items():
-            hit = outcomes.first_failure(runs[key])
-            figure.firsts.append(hit[0] if hit else None)
+        if seed in searched:
+            runs["generation"] = [(p, drawn(p, seed, budget)) for p in props]
+            runs["search"] = [(p, drawn(p, seed, budget)[prefix[p.test] :]) for p in props]
+        for key, run in runs.items():
+            hit = outcomes.first_failure(run)
+            figures[key].firsts.append(hit[0] if hit else None)
             if hit is None:
                 continue
             n, prop = hit
             catchers[prop.name] = prop
             if key == "search" and counterexample is None:
-                config = dict(runs[key])[prop][n - 1]
+                config = dict(run)[prop][n - 1]
                 counterexample = f"{prop.name}: {config.describe() if hasattr(config, 'describe') else config}"
-    rated = list(seeds)[: rate_seeds or len(seeds)]
     tallies: dict[str, dict[str, tuple[int, int]]] = {"generation": {}, "search": {}}
     for prop in catchers.values():
         skip = prefix[prop.test]
-        fails = [[outcomes.fails(prop, c) for c in drawn(prop, seed, budget)] for seed in rated]
+        fails = [[outcomes.fails(prop, c) for c in drawn(prop, seed, budget)] for seed in searched]
         tallies["generation"][prop.name] = (sum(map(sum, fails)), sum(map(len, fails)))
         tallies["search"][prop.name] = (sum(sum(f[skip:]) for f in fails), sum(len(f[skip:]) for f in fails))
     for key, by_prop in tallies.items():

@@ -23,8 +23,8 @@ Conventions
 Sources read (the grids below cite them)
 ----------------------------------------
 * flashinfer-ai/flashinfer @ ``fb28d7242b3506a2348265962041acc1fb56cca4`` (main, 2026-08-22,
-  ``version.txt`` 0.6.18): the newest snapshot available here. The installed flashinfer-python 0.7.4 wheel
-  was built from ``77039051b0be921788dc2784ec41423b558878ec``, which that snapshot does not contain, and the
+  ``version.txt`` 0.6.18), the newest revision read. The installed flashinfer-python 0.7.4 wheel
+  was built from ``77039051b0be921788dc2784ec41423b558878ec``, which that revision does not contain, and the
   wheel ships no tests; so these grids may differ from the 0.7.4 tag.
 
   - ``tests/moe/test_trtllm_gen_fused_moe.py``: FP4 (``FP4Moe``) cases of ``test_sigmoid_routing``,
@@ -44,15 +44,15 @@ Sources read (the grids below cite them)
     ``_TOPK``, ``_TOKENS`` and ``_WEIGHT_ELEM_BUDGET``, the FP4 entries of ``_CURATED`` and
     ``test_autotune_cache_coherence``.
 
-* vllm-project/vllm (main, 2026), one stored version per file:
+* vllm-project/vllm (main, 2026), each file at the commit named:
 
   - ``tests/kernels/moe/test_nvfp4_moe.py`` @ ``07b13497a9b52274d334090a9a8e04d5ec9ca7e9``
   - ``tests/kernels/moe/test_flashinfer_moe.py`` @ ``07bd9393a2bad56513f86d70a9e95d477aa597f0`` (the
     version at ``3ff2de9c96353a55f7e7a818b9d0c63b9f1e7eeb`` has the same grid)
   - ``tests/kernels/moe/test_flashinfer_nvfp4_cosine_similarity.py`` @ ``978a6a5e220bb6da7f3b50d65a730cae0fe911ae``
-  - ``tests/kernels/moe/test_mxfp4_moe.py``: the newest stored version (83,682 characters; it has the SM90
-    interleave, the MXFP8 x MXFP4 CUTLASS test and the ROCm oracle tests). The index did not report its
-    commit; the older versions at ``a485508d4114aa673cb266fa7e43b447f697451b`` and
+  - ``tests/kernels/moe/test_mxfp4_moe.py``: the newest revision read (83,682 characters; it has the SM90
+    interleave, the MXFP8 x MXFP4 CUTLASS test and the ROCm oracle tests), whose commit was not recorded;
+    the older versions at ``a485508d4114aa673cb266fa7e43b447f697451b`` and
     ``02d0c80196fc2e858c5c53f7751ef93a628a1217`` have the same trtllm-gen grid.
   - ``tests/quantization/test_trtllm_nvfp4_hidden_dim_padding.py`` @ ``12fef2fce5771cb157a72ca45f009bdd71b8615a``
   - ``tests/kernels/quantization/test_rocm_mxfp4.py`` @ ``01aae91ba16d313a628cf6e777178037f5f38ffa`` (the

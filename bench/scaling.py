@@ -74,7 +74,9 @@ KERNEL_MARKERS = "cuda or sm90 or sm100 or gfx950"
 def pytest_env(profile: str, threads: int | None, root: Path) -> dict[str, str]:
     """The runs' environment: thread variables removed (or forced to ``threads``), profile, root."""
     env = {k: v for k, v in os.environ.items() if k not in THREAD_VARIABLES and k != "PYTEST_XDIST_WORKER"}
-    env.update({"FP4_PROFILE": profile, "PYTHONPATH": str(root)})
+    env.update(
+        {"FP4_PROFILE": profile, "PYTHONPATH": os.pathsep.join(filter(None, [str(root), env.get("PYTHONPATH")]))}
+    )
     if threads is not None:
         env.update({name: str(threads) for name in THREAD_VARIABLES})
     return env
@@ -134,6 +136,7 @@ def row(label: str, run: dict[str, Any], first: dict[str, Any]) -> dict[str, Any
         **counts,
         "returncode": run["returncode"],
         "longest_tests_s": run["longest"],
+        "failed_tests": sorted(k for k, v in run["outcomes"].items() if v == "failed"),
         "same_results": run["outcomes"] == first["outcomes"] and run["examples"] == first["examples"],
     }
 
@@ -150,6 +153,8 @@ def slowest(run: dict[str, Any], n: int = 8) -> list[dict[str, Any]]:
 
 def throughput(nodes: list[str], profile: str, root: Path) -> dict[str, float]:
     """Examples per second of ``nodes`` run in one process with one torch thread in checkout ``root``."""
+    if not nodes:
+        return {}
     with tempfile.TemporaryDirectory() as tmp:
         cmd = [sys.executable, "-m", "pytest", *nodes, "-q", "-p", "no:cacheprovider", "-p", "no:xdist"]
         cmd += ["--hypothesis-profile", profile, "--results", tmp]
@@ -220,7 +225,18 @@ def markdown(report: dict[str, Any]) -> str:
         f"| `{s['property']}` | {s['examples']} | {s['seconds']} | {s['examples_per_second']} |"
         for s in report["slowest"]
     ]
+    if report.get("ab"):
+        out += ["", f"Slowest properties, one process, one torch thread: `{report['baseline']}` vs this checkout", ""]
+        out += ["| property | baseline examples/s | this examples/s | ratio |", "|---|---|---|---|"]
+        out += [f"| `{r['property']}` | {r['baseline']} | {r['this']} | {r['ratio']}x |" for r in report["ab"]]
     return "\n".join(out) + "\n"
+
+
+def write(report: dict[str, Any], out: Path) -> None:
+    """``scaling.json`` and ``scaling.md`` in ``out`` (rewritten after every run)."""
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "scaling.json").write_text(json.dumps(report, indent=2))
+    (out / "scaling.md").write_text(markdown(report))
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -236,30 +252,33 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     labels = args.workers.split(",") if args.workers else default_workers(usable_cores())
     root = args.root.resolve()
-    warmup = warm_up(args.targets, args.profile, root) if count_gpus_without_init() else None
-    runs = []
-    for label in labels:
-        runs.append((label, run_once(label, args.targets, args.profile, args.threads, root)))
-        print(f"-n {label}: {runs[-1][1]['wall_s']:.1f} s", file=sys.stderr, flush=True)
-    first = runs[0][1]
-    report = {
+    report: dict[str, Any] = {
         "date": time.strftime("%Y-%m-%d %H:%M %Z"),
         "host": host(),
         "targets": args.targets,
         "profile": args.profile,
         "threads": args.threads,
-        "warmup_s": None if warmup is None else round(warmup, 1),
-        "runs": [row(label, run, first) for label, run in runs],
-        "slowest": slowest(first),
+        "warmup_s": round(warm_up(args.targets, args.profile, root), 1) if count_gpus_without_init() else None,
+        "runs": [],
+        "slowest": [],
         "baseline": str(args.baseline_root) if args.baseline_root else None,
-        "ab": compare([s["property"] for s in slowest(first, 4)], args.profile, root, args.baseline_root.resolve())
-        if args.baseline_root
-        else [],
-        "errors": {label: run["tail"] for label, run in runs if run["tail"]},
+        "ab": [],
+        "errors": {},
     }
-    args.out.mkdir(parents=True, exist_ok=True)
-    (args.out / "scaling.json").write_text(json.dumps(report, indent=2))
-    (args.out / "scaling.md").write_text(markdown(report))
+    runs: dict[str, dict[str, Any]] = {}
+    # the first count, then the largest first, so that a run cut short still has the widest row
+    for label in [labels[0], *reversed(labels[1:])]:
+        runs[label] = run_once(label, args.targets, args.profile, args.threads, root)
+        print(f"-n {label}: {runs[label]['wall_s']:.1f} s", file=sys.stderr, flush=True)
+        first = runs[labels[0]]
+        report["runs"] = [row(lb, runs[lb], first) for lb in labels if lb in runs]
+        report["slowest"] = slowest(first)
+        report["errors"] = {lb: run["tail"] for lb, run in runs.items() if run["tail"]}
+        write(report, args.out)
+    if args.baseline_root:
+        nodes = [s["property"] for s in slowest(runs[labels[0]], 4)]
+        report["ab"] = compare(nodes, args.profile, root, args.baseline_root.resolve())
+        write(report, args.out)
     print(markdown(report))
     last = report["runs"][-1]
     if not all(r["same_results"] for r in report["runs"]):

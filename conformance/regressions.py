@@ -8,7 +8,7 @@ from strategies.linear import pinned_linear
 from strategies.mxfp4_moe import pinned_config
 
 MXFP4_MOE_REGRESSIONS = (
-    pinned_config("gpt-oss-120b", 4),  # I 736 per rank (models.md §4)
+    pinned_config("gpt-oss-120b", 4),  # I 736 per rank (docs/models.md §4)
     pinned_config("gpt-oss-120b", 4, rank=-1),  # last rank: 672 real channels of 736
     pinned_config("gpt-oss-120b", 8),  # I 384: 512 at 256, 384 at 128
     pinned_config("gpt-oss-120b", 8, rank=-1),  # last rank: 192 real channels of 384
@@ -19,7 +19,7 @@ MXFP4_MOE_REGRESSIONS = (
     pinned_config("deepseek-v4.1-flash", 8),  # I 288: vLLM PR #56697 (Marlin 320, not 384)
     pinned_config("mellum2-12b-a2.5b", 2),  # I 448: EuroEval PR #2079 (trtllm-gen I % 128)
 )
-"""``mxfp4_moe``: the MXFP4 MoE regressions (models.md §4 and the cited PRs / issues)."""
+"""``mxfp4_moe``: the MXFP4 MoE regressions (docs/models.md §4 and the cited PRs / issues)."""
 
 GDN_SCALES = ((48, 160), (24, 160), (12, 160))
 """Qwen3.8 GDN ``in_proj_ba`` (out 96, K 5120) at TP 2 / 4 / 8: rows fail the 32 rule (vLLM PR #55213)."""

@@ -25,7 +25,6 @@ from __future__ import annotations
 
 import pytest
 import torch
-from hypothesis import given
 
 from adapters import aiter_triton as at
 from backends import record
@@ -38,7 +37,7 @@ from contracts.moe import MXFP4_MOE as MOE
 from contracts.moe import MoeAlignment, MoeWeights
 from contracts.mxfp4_linear import CONTRACT as LINEAR
 from contracts.mxfp4_linear import Mxfp4LinearKernelSelection
-from harness.repro import check, record_event, record_target, run_check
+from harness.properties import check, record_event, record_target
 from reference.formats import (
     MXFP4_BLOCK,
     MxScaleRounding,
@@ -54,7 +53,6 @@ from reference.padding import pad_dim
 from strategies.linear import Mxfp4LinearShape, linear_shapes, mxfp4_linear_case
 from strategies.mx_activations import ActivationTiles, activation_tile, activation_tiles
 from strategies.mxfp4_moe import Mxfp4MoeConfig, mxfp4_moe_configs
-from strategies.pins import pinned_examples
 
 TRITON = AiterLinearPath.TRITON
 KERNEL_DEVICE = "cuda"
@@ -124,7 +122,15 @@ def expected_aiter_quantization(x: torch.Tensor, rounding: MxScaleRounding) -> t
     return Quantized(q.packed, aiter_scale_bytes_on_cuda(e)), codes
 
 
-@check(LINEAR, ActivationTiles)
+@check(
+    LINEAR,
+    ActivationTiles,
+    strategy=activation_tiles(),
+    backends=[TRITON],
+    kernel=True,
+    kernel_backends=False,
+    marks=[pytest.mark.contract(LINEAR)],
+)
 def check_dynamic_mxfp4_quant(
     case: ActivationTiles, backend: AiterLinearPath, policy: Mxfp4LinearKernelSelection
 ) -> None:
@@ -165,20 +171,22 @@ def reference_activation(x: torch.Tensor) -> at.Mxfp4Device:
     return at.Mxfp4Device(q.packed.to(KERNEL_DEVICE), q.scales.to(KERNEL_DEVICE))
 
 
-@pytest.mark.contract(LINEAR)
-@pytest.mark.backends(TRITON)
-@given(case=activation_tiles())
-def test_dynamic_mxfp4_quant(case: ActivationTiles, backend: AiterLinearPath, policy) -> None:
-    run_check(check_dynamic_mxfp4_quant, case, backend, policy, kernel=True)
-
-
 # --- the MXFP4 linear fallback: gemm_afp4wfp4 ------------------------------------------------------
 
 KERNEL_ELEMENTS_MAX = 1 << 26
 """Kernel checks run the real rank-local size when ``N·K`` fits this, else the reduced size."""
 
 
-@check(LINEAR, Mxfp4LinearShape)
+@check(
+    LINEAR,
+    Mxfp4LinearShape,
+    strategy=linear_shapes(),
+    pins=LINEAR_REGRESSIONS,
+    backends=[TRITON],
+    kernel=True,
+    kernel_backends=False,
+    marks=[pytest.mark.contract(LINEAR)],
+)
 def check_triton_fallback_gemm(
     shape: Mxfp4LinearShape, backend: AiterLinearPath, policy: Mxfp4LinearKernelSelection
 ) -> None:
@@ -216,14 +224,6 @@ def check_triton_fallback_gemm(
     tol = gemm_tolerance(a @ b.T, a.abs() @ b.abs().T, k, splits)
     worst = assert_within(y, a @ b.T, tol, f"gemm_afp4wfp4 [{shape.tokens} x {n} x {k}]", "gemm_afp4wfp4")
     record_event(f"{'real' if real else 'reduced'} size, worst |err|/tol {'<= 0.5' if worst <= 0.5 else '> 0.5'}")
-
-
-@pytest.mark.contract(LINEAR)
-@pytest.mark.backends(TRITON)
-@given(shape=linear_shapes())
-@pinned_examples("shape", LINEAR_REGRESSIONS)
-def test_triton_fallback_gemm(shape: Mxfp4LinearShape, backend: AiterLinearPath, policy) -> None:
-    run_check(check_triton_fallback_gemm, shape, backend, policy, kernel=True)
 
 
 # --- MXFP4 MoE: moe_align_block_size_triton + fused_moe_mxfp4 ---------------------------------------
@@ -269,7 +269,21 @@ def _mxfp4_even_round_trip(a: torch.Tensor) -> torch.Tensor:
     return mxfp4_dequantize(mxfp4_quantize(a.to(torch.bfloat16).float(), MxScaleRounding.EVEN))
 
 
-@check(MOE, Mxfp4MoeConfig)
+GATE_UP_BACKENDS = [b for b in Mxfp4MoeBackend if record(b).fc1_layout is Fc1Layout.GATE_UP]
+"""Backends whose kernels read FC1 as ``[gate; up]`` (AITER CK, Marlin): the policy's weights for them
+are what AITER's Triton MoE reads as they are."""
+
+
+@check(
+    MOE,
+    Mxfp4MoeConfig,
+    strategy=mxfp4_moe_configs().map(silu_no_bias),
+    pins=[silu_no_bias(c) for c in MOE_REGRESSIONS],
+    backends=GATE_UP_BACKENDS,
+    kernel=True,
+    kernel_backends=False,
+    marks=[pytest.mark.contract(MOE)],
+)
 def check_triton_moe(config: Mxfp4MoeConfig, backend: Mxfp4MoeBackend, policy: MoeAlignment) -> None:
     """AITER's Triton MoE on the policy's padded weights (FC1 read ``[gate; up]`` as AITER's and vLLM's
     Triton MoE read it) equals the same kernels on the rank's real channels bit for bit (zero
@@ -301,16 +315,3 @@ def check_triton_moe(config: Mxfp4MoeConfig, backend: Mxfp4MoeBackend, policy: M
     assert err <= MOE_REL_L2, f"AITER Triton MoE vs the reference MoE: relative L2 error {err:.3g} > {MOE_REL_L2}"
     record_target(err / MOE_REL_L2, "relative L2 / bound")
     record_event(f"stages worst |err|/tol {'<= 0.5' if worst <= 0.5 else '> 0.5'}")
-
-
-GATE_UP_BACKENDS = [b for b in Mxfp4MoeBackend if record(b).fc1_layout is Fc1Layout.GATE_UP]
-"""Backends whose kernels read FC1 as ``[gate; up]`` (AITER CK, Marlin): the policy's weights for them
-are what AITER's Triton MoE reads as they are."""
-
-
-@pytest.mark.contract(MOE)
-@pytest.mark.backends(*GATE_UP_BACKENDS)
-@given(config=mxfp4_moe_configs().map(silu_no_bias))
-@pinned_examples("config", [silu_no_bias(c) for c in MOE_REGRESSIONS])
-def test_triton_moe(config: Mxfp4MoeConfig, backend: Mxfp4MoeBackend, policy: MoeAlignment) -> None:
-    run_check(check_triton_moe, config, backend, policy, kernel=True)

@@ -18,7 +18,6 @@ import math
 
 import pytest
 import torch
-from hypothesis import example, given
 
 from adapters import aiter as aiter_kernels
 from backends import record
@@ -26,7 +25,7 @@ from backends.mxfp4_linear import VLLM_GUARD_TABLE, AiterLinearPath
 from conformance.linear_oracle import asm_defects, fallback_needless, process, swizzle_error
 from conformance.regressions import GDN_SCALES, MXFP4_LINEAR_REGRESSIONS
 from contracts.mxfp4_linear import CONTRACT, Mxfp4LinearKernelSelection, PreparedMxfp4Linear
-from harness.repro import check, record_event, run_check
+from harness.properties import ALL_BACKENDS, check, record_event
 from reference.formats import (
     MXFP4_BLOCK,
     Quantized,
@@ -46,24 +45,19 @@ from strategies.linear import (
     mxfp4_linear_case,
     scale_shapes,
 )
-from strategies.pins import pinned_examples
 
 pytestmark = [pytest.mark.contract(CONTRACT)]
 
 ASM, TRITON = AiterLinearPath.ASM, AiterLinearPath.TRITON
 
 
-pinned = pinned_examples("shape", MXFP4_LINEAR_REGRESSIONS)
+GUARD_CASES = [ScaleShapeCase(s, "vLLM guard unit test") for s, _ in VLLM_GUARD_TABLE] + [
+    ScaleShapeCase(s, "Qwen3.8 GDN in_proj_ba at TP 2/4/8") for s in GDN_SCALES
+]
+"""vLLM's guard truth table and the regression scale shapes, pinned (run in the listed order)."""
 
 
-def pinned_scale_shapes(test):
-    """vLLM's guard truth table and the regression scale shapes as ``@example``s (run in the listed order)."""
-    cases = [ScaleShapeCase(s, "vLLM guard unit test") for s, _ in VLLM_GUARD_TABLE]
-    cases += [ScaleShapeCase(s, "Qwen3.8 GDN in_proj_ba at TP 2/4/8") for s in GDN_SCALES]
-    return pinned_examples("case", cases)(test)
-
-
-@check(CONTRACT, ScaleShapeCase)
+@check(CONTRACT, ScaleShapeCase, strategy=scale_shapes(), pins=GUARD_CASES)
 def check_asm_guard_truth_table(case: ScaleShapeCase, backend: None, policy: Mxfp4LinearKernelSelection) -> None:
     """The guard sends a scale shape to the ASM GEMM only where the unpadded ASM swizzle takes it and no
     documented ASM defect that must be avoided covers it, and falls back to Triton only where one of those
@@ -93,13 +87,7 @@ def check_asm_guard_truth_table(case: ScaleShapeCase, backend: None, policy: Mxf
         record_event("Triton: avoids a documented ASM defect")
 
 
-@given(case=scale_shapes())
-@pinned_scale_shapes
-def test_asm_guard_truth_table(case: ScaleShapeCase, policy: Mxfp4LinearKernelSelection) -> None:
-    run_check(check_asm_guard_truth_table, case, None, policy)
-
-
-@check(CONTRACT, Mxfp4LinearShape)
+@check(CONTRACT, Mxfp4LinearShape, strategy=linear_shapes(), pins=MXFP4_LINEAR_REGRESSIONS)
 def check_preparation_never_raises(shape: Mxfp4LinearShape, backend: None, policy: Mxfp4LinearKernelSelection) -> None:
     """Weight processing succeeds for every layer a rank holds, with ASM enabled or not; it takes the
     ASM path exactly when enabled and its own guard accepts the scale, Triton otherwise."""
@@ -115,13 +103,7 @@ def check_preparation_never_raises(shape: Mxfp4LinearShape, backend: None, polic
     record_event(f"ASM enabled -> {prepared.path.value}")
 
 
-@given(shape=linear_shapes())
-@pinned
-def test_preparation_never_raises(shape: Mxfp4LinearShape, policy: Mxfp4LinearKernelSelection) -> None:
-    run_check(check_preparation_never_raises, shape, None, policy)
-
-
-@check(CONTRACT, Mxfp4LinearShape)
+@check(CONTRACT, Mxfp4LinearShape, strategy=linear_shapes(), pins=MXFP4_LINEAR_REGRESSIONS)
 def check_asm_taken_where_supported(shape: Mxfp4LinearShape, backend: None, policy: Mxfp4LinearKernelSelection) -> None:
     """Every layer whose real scale shape the ASM path handles, and no documented ASM defect covers, goes
     to ASM (no needless fallback)."""
@@ -138,12 +120,6 @@ def check_asm_taken_where_supported(shape: Mxfp4LinearShape, backend: None, poli
     assert prepared.path is ASM, (
         f"processing took {prepared.path.value} for ASM-capable scale ({n}, {k // MXFP4_BLOCK})"
     )
-
-
-@given(shape=linear_shapes())
-@pinned
-def test_asm_taken_where_supported(shape: Mxfp4LinearShape, policy: Mxfp4LinearKernelSelection) -> None:
-    run_check(check_asm_taken_where_supported, shape, None, policy)
 
 
 def prepare(
@@ -171,7 +147,7 @@ def undo_layout(prepared: PreparedMxfp4Linear, n: int, k: int) -> Quantized:
     return Quantized(prepared.weight, prepared.scale.T)
 
 
-@check(CONTRACT, Mxfp4LinearShape)
+@check(CONTRACT, Mxfp4LinearShape, strategy=linear_shapes(), pins=MXFP4_LINEAR_REGRESSIONS, backends=ALL_BACKENDS)
 def check_layouts_compute_the_reference(
     shape: Mxfp4LinearShape, backend: AiterLinearPath, policy: Mxfp4LinearKernelSelection
 ) -> None:
@@ -203,15 +179,12 @@ def check_layouts_compute_the_reference(
         )
 
 
-@given(shape=linear_shapes())
-@pinned
-def test_layouts_compute_the_reference(
-    shape: Mxfp4LinearShape, backend: AiterLinearPath, policy: Mxfp4LinearKernelSelection
-) -> None:
-    run_check(check_layouts_compute_the_reference, shape, backend, policy)
-
-
-@check(CONTRACT, ActivationBlocks)
+@check(
+    CONTRACT,
+    ActivationBlocks,
+    strategy=activation_blocks(),
+    examples=[ActivationBlocks((1.5, 1.7, 1.75, 1.0), (0, 3, -2, 5), 0)],  # AITER's checked amax values
+)
 def check_activation_rounding(blocks: ActivationBlocks, backend: None, policy: Mxfp4LinearKernelSelection) -> None:
     """ASM quantizes activations RoundUp (RCEIL), Triton Even; their block scales differ exactly on
     blocks whose amax mantissa lies in (1.5, 1.75), where RoundUp's is one binade larger."""
@@ -239,19 +212,20 @@ def check_activation_rounding(blocks: ActivationBlocks, backend: None, policy: M
     record_event(f"{int(in_band.sum())} of {len(in_band)} blocks in the band")
 
 
-@given(blocks=activation_blocks())
-@example(blocks=ActivationBlocks((1.5, 1.7, 1.75, 1.0), (0, 3, -2, 5), 0))  # AITER's checked amax values
-def test_activation_rounding(blocks: ActivationBlocks, policy: Mxfp4LinearKernelSelection) -> None:
-    run_check(check_activation_rounding, blocks, None, policy)
-
-
 # --- gfx950 kernels ---------------------------------------------------------------------------
 
 KERNEL_ELEMENTS_MAX = 1 << 26
 """Kernel checks run the real rank-local size when ``N·K`` fits this, else the reduced size."""
 
 
-@check(CONTRACT, Mxfp4LinearShape)
+@check(
+    CONTRACT,
+    Mxfp4LinearShape,
+    strategy=linear_shapes(),
+    pins=MXFP4_LINEAR_REGRESSIONS,
+    backends=ALL_BACKENDS,
+    kernel=True,
+)
 def check_aiter_gemm_kernel(
     shape: Mxfp4LinearShape, backend: AiterLinearPath, policy: Mxfp4LinearKernelSelection
 ) -> None:
@@ -298,12 +272,3 @@ def check_aiter_gemm_kernel(
         f"ulp_bf16 + 2·(K/32)·2^-24·Σ|ab|; worst |err|/tol = {(err / tol.clamp_min(1e-300)).max().item():.3g}, "
         f"non-finite outputs: {int((~torch.isfinite(y)).sum())}"
     )
-
-
-@pytest.mark.backends(kernel=True)
-@given(shape=linear_shapes())
-@pinned
-def test_aiter_gemm_kernel(
-    shape: Mxfp4LinearShape, backend: AiterLinearPath, policy: Mxfp4LinearKernelSelection
-) -> None:
-    run_check(check_aiter_gemm_kernel, shape, backend, policy, kernel=True)

@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import pytest
 import torch
-from hypothesis import given
 
 from adapters import flashinfer as fi
 from adapters import flashinfer_mxfp4 as fim
@@ -32,7 +31,7 @@ from conformance.moe_checks import (
 )
 from conformance.regressions import MXFP4_MOE_REGRESSIONS
 from contracts.moe import MoeAlignment, relayout_moe
-from harness.repro import check, run_check
+from harness.properties import ALL_BACKENDS, check
 from reference.errors import require
 from reference.formats import (
     MXFP4_BLOCK,
@@ -62,12 +61,11 @@ from reference.moe import route
 from reference.padding import pad_dim
 from strategies.catalog import SWIGLU
 from strategies.mxfp4_moe import Mxfp4MoeConfig, mxfp4_moe_configs
-from strategies.pins import pinned_examples
 
 pytestmark = [pytest.mark.contract(CONTRACT)]
 
 
-pinned = pinned_examples("config", MXFP4_MOE_REGRESSIONS)
+CONFIGS = mxfp4_moe_configs()
 
 
 # --- the layer of a configuration -------------------------------------------------------------
@@ -76,7 +74,7 @@ pinned = pinned_examples("config", MXFP4_MOE_REGRESSIONS)
 # --- properties for every backend ---------------------------------------------------------------
 
 
-@check(CONTRACT, Mxfp4MoeConfig)
+@check(CONTRACT, Mxfp4MoeConfig, strategy=CONFIGS, pins=MXFP4_MOE_REGRESSIONS, backends=ALL_BACKENDS)
 def check_backend_accepts(config: Mxfp4MoeConfig, backend: Mxfp4MoeBackend, policy: MoeAlignment) -> None:
     """The padded sizes pass the backend library's own helpers and documented rules."""
     aligned, _ = align_mxfp4(config, backend, policy)
@@ -85,7 +83,7 @@ def check_backend_accepts(config: Mxfp4MoeConfig, backend: Mxfp4MoeBackend, poli
     assert not problems, f"{backend.value} rejects Ip={ip}, Hp={hp}: " + "; ".join(problems)
 
 
-@check(CONTRACT, Mxfp4MoeConfig)
+@check(CONTRACT, Mxfp4MoeConfig, strategy=CONFIGS, pins=MXFP4_MOE_REGRESSIONS, backends=ALL_BACKENDS)
 def check_padding_invariance(config: Mxfp4MoeConfig, backend: Mxfp4MoeBackend, policy: MoeAlignment) -> None:
     """The reference output of the padded weights, FC1 rows read as the backend's kernel reads them,
     equals the output of the rank's real channels bit for bit."""
@@ -101,7 +99,7 @@ def check_padding_invariance(config: Mxfp4MoeConfig, backend: Mxfp4MoeBackend, p
     )
 
 
-@check(CONTRACT, Mxfp4MoeConfig)
+@check(CONTRACT, Mxfp4MoeConfig, strategy=CONFIGS, pins=MXFP4_MOE_REGRESSIONS, backends=ALL_BACKENDS)
 def check_gate_up_pairing(config: Mxfp4MoeConfig, backend: Mxfp4MoeBackend, policy: MoeAlignment) -> None:
     """Read in the kernel's FC1 order, gate and up rows (weights, scales, bias) are the checkpoint's
     with zero rows appended per half; FC2 keeps its block; the declared layout is the kernel's."""
@@ -125,7 +123,7 @@ def check_gate_up_pairing(config: Mxfp4MoeConfig, backend: Mxfp4MoeBackend, poli
     )
 
 
-@check(CONTRACT, Mxfp4MoeConfig)
+@check(CONTRACT, Mxfp4MoeConfig, strategy=CONFIGS, pins=MXFP4_MOE_REGRESSIONS, backends=ALL_BACKENDS)
 def check_minimal_and_idempotent(config: Mxfp4MoeConfig, backend: Mxfp4MoeBackend, policy: MoeAlignment) -> None:
     """No smaller whole-block size is accepted by the backend, and aligning again changes nothing."""
     aligned, _ = align_mxfp4(config, backend, policy)
@@ -140,34 +138,12 @@ def check_minimal_and_idempotent(config: Mxfp4MoeConfig, backend: Mxfp4MoeBacken
     assert_idempotent(policy, backend, aligned, True)
 
 
-@given(config=mxfp4_moe_configs())
-@pinned
-def test_backend_accepts(config: Mxfp4MoeConfig, backend: Mxfp4MoeBackend, policy: MoeAlignment) -> None:
-    run_check(check_backend_accepts, config, backend, policy)
-
-
-@given(config=mxfp4_moe_configs())
-@pinned
-def test_padding_invariance(config: Mxfp4MoeConfig, backend: Mxfp4MoeBackend, policy: MoeAlignment) -> None:
-    run_check(check_padding_invariance, config, backend, policy)
-
-
-@given(config=mxfp4_moe_configs())
-@pinned
-def test_gate_up_pairing(config: Mxfp4MoeConfig, backend: Mxfp4MoeBackend, policy: MoeAlignment) -> None:
-    run_check(check_gate_up_pairing, config, backend, policy)
-
-
-@given(config=mxfp4_moe_configs())
-@pinned
-def test_minimal_and_idempotent(config: Mxfp4MoeConfig, backend: Mxfp4MoeBackend, policy: MoeAlignment) -> None:
-    run_check(check_minimal_and_idempotent, config, backend, policy)
-
-
 # --- FlashInfer TRT-LLM ---------------------------------------------------------------------------
 
 
-@check(CONTRACT, Mxfp4MoeConfig)
+@check(
+    CONTRACT, Mxfp4MoeConfig, strategy=CONFIGS, pins=MXFP4_MOE_REGRESSIONS, backends=[Mxfp4MoeBackend.FLASHINFER_TRTLLM]
+)
 def check_trtllm_round_trip(config: Mxfp4MoeConfig, backend: Mxfp4MoeBackend, policy: MoeAlignment) -> None:
     """Undoing FlashInfer's row shuffles and the 128x4 swizzle gives back the padded tensors, and
     FlashInfer's own gated reorder reads the FC1 rows as the checkpoint's gate/up pairs."""
@@ -209,7 +185,9 @@ def check_trtllm_round_trip(config: Mxfp4MoeConfig, backend: Mxfp4MoeBackend, po
             assert_embedded(label, src, dst, pad_rule(name, MXFP4_BLOCK))
 
 
-@check(CONTRACT, Mxfp4MoeConfig)
+@check(
+    CONTRACT, Mxfp4MoeConfig, strategy=CONFIGS, pins=MXFP4_MOE_REGRESSIONS, backends=[Mxfp4MoeBackend.FLASHINFER_TRTLLM]
+)
 def check_trtllm_matches_flashinfer_padding(
     config: Mxfp4MoeConfig, backend: Mxfp4MoeBackend, policy: MoeAlignment
 ) -> None:
@@ -252,26 +230,16 @@ def check_trtllm_matches_flashinfer_padding(
     assert fp4_bytes_zero(ours.w2[:, fc2_rows:]).all(), f"FC2 rows past ru(H, 128) = {fc2_rows} must be zero codes"
 
 
-@pytest.mark.backends(Mxfp4MoeBackend.FLASHINFER_TRTLLM)
-@given(config=mxfp4_moe_configs())
-@pinned
-def test_trtllm_round_trip(config: Mxfp4MoeConfig, backend: Mxfp4MoeBackend, policy: MoeAlignment) -> None:
-    run_check(check_trtllm_round_trip, config, backend, policy)
-
-
-@pytest.mark.backends(Mxfp4MoeBackend.FLASHINFER_TRTLLM)
-@given(config=mxfp4_moe_configs())
-@pinned
-def test_trtllm_matches_flashinfer_padding(
-    config: Mxfp4MoeConfig, backend: Mxfp4MoeBackend, policy: MoeAlignment
-) -> None:
-    run_check(check_trtllm_matches_flashinfer_padding, config, backend, policy)
-
-
 # --- FlashInfer CUTLASS SM90 ----------------------------------------------------------------------
 
 
-@check(CONTRACT, Mxfp4MoeConfig)
+@check(
+    CONTRACT,
+    Mxfp4MoeConfig,
+    strategy=CONFIGS,
+    pins=MXFP4_MOE_REGRESSIONS,
+    backends=[Mxfp4MoeBackend.FLASHINFER_CUTLASS_SM90],
+)
 def check_sm90_scale_fold(config: Mxfp4MoeConfig, backend: Mxfp4MoeBackend, policy: MoeAlignment) -> None:
     """FlashInfer 0.7.4's ``interleave_moe_scales_for_sm90_mixed_gemm`` (what its W4A16 prep and tests
     feed ``cutlass_fused_moe``) accepts the padded scales, equals the reference 64-row fold and
@@ -288,17 +256,10 @@ def check_sm90_scale_fold(config: Mxfp4MoeConfig, backend: Mxfp4MoeBackend, poli
         ), f"{name}: vLLM's last-dim-by-4 interleave now places every scale byte where FlashInfer's fold does"
 
 
-@pytest.mark.backends(Mxfp4MoeBackend.FLASHINFER_CUTLASS_SM90)
-@given(config=mxfp4_moe_configs())
-@pinned
-def test_sm90_scale_fold(config: Mxfp4MoeConfig, backend: Mxfp4MoeBackend, policy: MoeAlignment) -> None:
-    run_check(check_sm90_scale_fold, config, backend, policy)
-
-
 # --- AITER ------------------------------------------------------------------------------------------
 
 
-@check(CONTRACT, Mxfp4MoeConfig)
+@check(CONTRACT, Mxfp4MoeConfig, strategy=CONFIGS, pins=MXFP4_MOE_REGRESSIONS, backends=[Mxfp4MoeBackend.AITER])
 def check_aiter_shuffle_round_trip(config: Mxfp4MoeConfig, backend: Mxfp4MoeBackend, policy: MoeAlignment) -> None:
     """vLLM's Quark prep round-trips: ``e8m0_shuffle(scale.view(E·N, -1)).view(E, N, -1)`` keeps the
     scale shape and unshuffles to the padded scales; ``shuffle_weight`` (16, 16) undoes to the weights."""
@@ -318,13 +279,6 @@ def check_aiter_shuffle_round_trip(config: Mxfp4MoeConfig, backend: Mxfp4MoeBack
         assert torch.equal(aiter_unshuffle_weight(aiter_shuffle_weight(t)), t), f"{name}: shuffle_weight round trip"
 
 
-@pytest.mark.backends(Mxfp4MoeBackend.AITER)
-@given(config=mxfp4_moe_configs())
-@pinned
-def test_aiter_shuffle_round_trip(config: Mxfp4MoeConfig, backend: Mxfp4MoeBackend, policy: MoeAlignment) -> None:
-    run_check(check_aiter_shuffle_round_trip, config, backend, policy)
-
-
 # --- kernels (GPU) --------------------------------------------------------------------------------
 
 
@@ -337,7 +291,14 @@ def _bf16(a: torch.Tensor) -> torch.Tensor:
     return a.to(torch.bfloat16).float()
 
 
-@check(CONTRACT, Mxfp4MoeConfig)
+@check(
+    CONTRACT,
+    Mxfp4MoeConfig,
+    strategy=CONFIGS,
+    pins=MXFP4_MOE_REGRESSIONS,
+    backends=[Mxfp4MoeBackend.FLASHINFER_TRTLLM],
+    kernel=True,
+)
 def check_trtllm_kernel(config: Mxfp4MoeConfig, backend: Mxfp4MoeBackend, policy: MoeAlignment) -> None:
     """``trtllm_fp4_block_scale_routed_moe`` on the padded, FlashInfer-prepared experts (MXFP4 x BF16
     and x MXFP8) matches the reference output of the rank's real channels (tolerances: the backend record's)."""
@@ -354,7 +315,14 @@ def check_trtllm_kernel(config: Mxfp4MoeConfig, backend: Mxfp4MoeBackend, policy
         assert err <= tol, f"trtllm-gen MXFP4 x {label}: relative L2 error {err:.3g} > {tol}"
 
 
-@check(CONTRACT, Mxfp4MoeConfig)
+@check(
+    CONTRACT,
+    Mxfp4MoeConfig,
+    strategy=CONFIGS.map(silu_no_bias),
+    pins=[silu_no_bias(c) for c in MXFP4_MOE_REGRESSIONS],
+    backends=[Mxfp4MoeBackend.AITER],
+    kernel=True,
+)
 def check_aiter_kernel(config: Mxfp4MoeConfig, backend: Mxfp4MoeBackend, policy: MoeAlignment) -> None:
     """``aiter.fused_moe`` (per_1x32, a4w4) on the padded experts matches the reference output of the
     real channels (AITER's logits-diff metric, the backend record's tolerance), and AITER's ``e8m0_shuffle`` equals the reference's."""
@@ -389,17 +357,3 @@ def check_aiter_kernel(config: Mxfp4MoeConfig, backend: Mxfp4MoeBackend, policy:
     diff = 1 - 2 * (x64 * y64).sum().item() / (x64.square() + y64.square()).sum().clamp_min(1e-300).item()
     tol = r.tolerances["logits diff"]
     assert diff <= tol, f"aiter.fused_moe per_1x32: logits diff {diff:.3g} > {tol}"
-
-
-@pytest.mark.backends(Mxfp4MoeBackend.FLASHINFER_TRTLLM, kernel=True)
-@given(config=mxfp4_moe_configs())
-@pinned
-def test_trtllm_kernel(config: Mxfp4MoeConfig, backend: Mxfp4MoeBackend, policy: MoeAlignment) -> None:
-    run_check(check_trtllm_kernel, config, backend, policy, kernel=True)
-
-
-@pytest.mark.backends(Mxfp4MoeBackend.AITER, kernel=True)
-@given(config=mxfp4_moe_configs().map(silu_no_bias))
-@pinned_examples("config", [silu_no_bias(c) for c in MXFP4_MOE_REGRESSIONS])
-def test_aiter_kernel(config: Mxfp4MoeConfig, backend: Mxfp4MoeBackend, policy: MoeAlignment) -> None:
-    run_check(check_aiter_kernel, config, backend, policy, kernel=True)

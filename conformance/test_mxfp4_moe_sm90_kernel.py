@@ -26,7 +26,6 @@ from dataclasses import dataclass
 
 import pytest
 import torch
-from hypothesis import event, given, target
 from hypothesis import strategies as st
 
 from adapters import flashinfer_sm90_moe as sm90
@@ -35,7 +34,7 @@ from backends import record
 from backends.mxfp4_moe import CONTRACT, Mxfp4MoeBackend
 from conformance.moe_checks import align_checked
 from contracts.moe import MoeAlignment, pad_moe, relayout_moe
-from harness.repro import check, run_check
+from harness.properties import check, record_event, record_target
 from harness.runner import RUN_STATE
 from reference.formats import MXFP4_BLOCK
 from reference.layouts import Fc1Layout
@@ -43,7 +42,6 @@ from reference.moe import GateUpOrder, moe_magnitude, moe_reference, route
 from strategies.catalog import GPT_OSS, MODELS, SWIGLU
 from strategies.config import Config
 from strategies.moe import MoeShape, moe_shapes, pinned_shape
-from strategies.pins import pinned_examples
 from strategies.tensors import dequantize_moe, moe_case, real_channels
 
 pytestmark = [pytest.mark.contract(CONTRACT)]
@@ -101,9 +99,6 @@ REGRESSIONS = (
 )
 
 
-pinned = pinned_examples("case", REGRESSIONS)
-
-
 def normalized_error(got: torch.Tensor, want: torch.Tensor, scale: torch.Tensor) -> float:
     """``max |got - want| / scale`` over all entries; ``inf`` for a non-finite ``got`` or a difference where ``scale = 0``."""
     if not bool(torch.isfinite(got).all()):
@@ -114,7 +109,15 @@ def normalized_error(got: torch.Tensor, want: torch.Tensor, scale: torch.Tensor)
     return float(ratio.max()) if ratio.numel() else 0.0
 
 
-@check(CONTRACT, Sm90KernelCase)
+@check(
+    CONTRACT,
+    Sm90KernelCase,
+    strategy=kernel_cases(),
+    pins=REGRESSIONS,
+    backends=[Mxfp4MoeBackend.FLASHINFER_CUTLASS_SM90],
+    kernel=True,
+    fixtures=["kernel_module"],
+)
 def check_padded_kernel(case: Sm90KernelCase, backend: Mxfp4MoeBackend, policy: MoeAlignment) -> None:
     """The kernel on the policy's (further padded) experts matches the fp32 reference, and the unpadded
     kernel output where that runs. ``moe_case`` builds the layer in FlashInfer's ``[up; gate]`` order;
@@ -141,6 +144,7 @@ def check_padded_kernel(case: Sm90KernelCase, backend: Mxfp4MoeBackend, policy: 
         row["padded_vs_unpadded"] = normalized_error(got, unpadded, scale)
         row["bit_identical"] = torch.equal(got, unpadded)
     OBSERVED.append(row)
+    steer(row)
     assert row["padded_error"] <= tolerance, (
         f"kernel on padded experts (I {shape.intermediate} -> {ip}, H {shape.hidden} -> {hp}) is "
         f"{row['padded_error']:.3g} x 2^-8 x magnitude from the reference (allowed {tolerance})"
@@ -185,25 +189,13 @@ def kernel_module(request: pytest.FixtureRequest):
     (results / f"mxfp4_moe_sm90_kernel{'-' + worker if worker else ''}.json").write_text(json.dumps(summary, indent=2))
 
 
-@pytest.mark.backends(Mxfp4MoeBackend.FLASHINFER_CUTLASS_SM90, kernel=True)
-@given(case=kernel_cases())
-@pinned
-def test_padded_kernel(
-    case: Sm90KernelCase, backend: Mxfp4MoeBackend, policy: MoeAlignment, kernel_module: str
-) -> None:
-    seen = len(OBSERVED)
-    try:
-        run_check(check_padded_kernel, case, backend, policy, kernel=True)
-    finally:
-        for row in OBSERVED[seen:]:
-            steer(row)
-
-
 def steer(row: dict[str, object]) -> None:
     """Point Hypothesis at larger errors (``target``) and count the kinds of example run (``event``)."""
-    target(float(row["padded_error"]), label="padded kernel error / (2^-8 * magnitude)")
+    record_target(float(row["padded_error"]), label="padded kernel error / (2^-8 * magnitude)")
     if "padded_vs_unpadded" in row:
-        target(float(row["padded_vs_unpadded"]), label="padded vs unpadded / (2^-8 * magnitude)")
-        event("aligned: padded and unpadded bit-identical" if row["bit_identical"] else "aligned: outputs differ")
+        record_target(float(row["padded_vs_unpadded"]), label="padded vs unpadded / (2^-8 * magnitude)")
+        record_event(
+            "aligned: padded and unpadded bit-identical" if row["bit_identical"] else "aligned: outputs differ"
+        )
     else:
-        event("unaligned: padded only")
+        record_event("unaligned: padded only")

@@ -3,8 +3,8 @@
 For every MoE shape a catalogued model produces at any TP degree (and adversarial ones), the
 policy under test pads one rank's NVFP4 expert weights so that FlashInfer's preparation accepts
 them, and the padding leaves the layer's output unchanged. Each property is a ``check_*``
-function run through :func:`harness.repro.run_check`, so any failure prints a one-line
-reproduction. Pinned regressions (``@example``): Gemma-4-26B-A4B at TP=4 (vLLM #46879, the
+function; :func:`harness.properties.check` generates its Hypothesis test, and any failure prints
+a one-line reproduction. Pinned regressions (``@example``): Gemma-4-26B-A4B at TP=4 (vLLM #46879, the
 ``M % 128`` assert) and TP=2 (vLLM #55649, silent gate/up mispairing), GLM-4.5-Air TP=8,
 Mellum2 TP=4, Qwen3-30B-A3B TP=8 and Nemotron-3-Nano TP=1/2 (non-gated).
 """
@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import pytest
 import torch
-from hypothesis import given
 
 from adapters import flashinfer as fi
 from backends import record
@@ -29,13 +28,12 @@ from conformance.moe_checks import (
     pad_rule,
 )
 from contracts.moe import MoeAlignment
-from harness.repro import check, run_check
+from harness.properties import ALL_BACKENDS, check
 from reference.formats import NVFP4_BLOCK, GlobalScale, nvfp4_dequantize, nvfp4_quantize
 from reference.layouts import inverse_permutation, swizzle_128x4, unswizzle_128x4
 from reference.moe import GateUpOrder, moe_reference, route
 from reference.padding import pad_dim
 from strategies.moe import MoeShape, moe_shapes, pinned_shape
-from strategies.pins import pinned_examples
 from strategies.tensors import dequantize_moe, real_channels
 
 pytestmark = [pytest.mark.contract(CONTRACT)]
@@ -53,11 +51,10 @@ REGRESSIONS = (
     pinned_shape("nemotron-3-nano-30b-a3b", 2),  # non-gated I = 928
 )
 
+TRTLLM = [Nvfp4MoeBackend.FLASHINFER_TRTLLM]
 
-pinned = pinned_examples("shape", REGRESSIONS)
 
-
-@check(CONTRACT, MoeShape)
+@check(CONTRACT, MoeShape, strategy=moe_shapes(), pins=REGRESSIONS, backends=ALL_BACKENDS)
 def check_flashinfer_accepts(shape: MoeShape, backend: Nvfp4MoeBackend, policy: MoeAlignment) -> None:
     """The padded sizes pass FlashInfer's real prep helpers and the backend's layout rules."""
     aligned, _ = align_nvfp4(shape, backend, policy)
@@ -81,7 +78,7 @@ def moe_output(aligned_or_case_weights, case, shape: MoeShape, hidden: int) -> t
     return out[:, :hidden]
 
 
-@check(CONTRACT, MoeShape)
+@check(CONTRACT, MoeShape, strategy=moe_shapes(), pins=REGRESSIONS, backends=ALL_BACKENDS)
 def check_padding_invariance(shape: MoeShape, backend: Nvfp4MoeBackend, policy: MoeAlignment) -> None:
     """The reference MoE output on the padded weights equals the unpadded output bit for bit."""
     aligned, case = align_nvfp4(shape, backend, policy)
@@ -97,7 +94,7 @@ def check_padding_invariance(shape: MoeShape, backend: Nvfp4MoeBackend, policy: 
     )
 
 
-@check(CONTRACT, MoeShape)
+@check(CONTRACT, MoeShape, strategy=moe_shapes(), pins=REGRESSIONS, backends=ALL_BACKENDS)
 def check_layout_contract(shape: MoeShape, backend: Nvfp4MoeBackend, policy: MoeAlignment) -> None:
     """Shapes and dtypes match ``uint8 [E, F·Ip, Hp/2]`` etc., each gate/up half keeps its rows at
     ``[h·Ip, h·Ip+I)``, original columns keep their place, every added weight code is an E2M1 zero and
@@ -116,7 +113,7 @@ def check_layout_contract(shape: MoeShape, backend: Nvfp4MoeBackend, policy: Moe
         assert_embedded(name, getattr(case.weights, name), getattr(aligned.weights, name), pad_rule(name, NVFP4_BLOCK))
 
 
-@check(CONTRACT, MoeShape)
+@check(CONTRACT, MoeShape, strategy=moe_shapes(), pins=REGRESSIONS, backends=ALL_BACKENDS)
 def check_minimal_and_idempotent(shape: MoeShape, backend: Nvfp4MoeBackend, policy: MoeAlignment) -> None:
     """No smaller whole-group size satisfies the backend, and aligning again changes nothing."""
     aligned, _ = align_nvfp4(shape, backend, policy)
@@ -126,7 +123,13 @@ def check_minimal_and_idempotent(shape: MoeShape, backend: Nvfp4MoeBackend, poli
     assert_idempotent(policy, backend, aligned, shape.gated)
 
 
-@check(CONTRACT, MoeShape)
+@check(
+    CONTRACT,
+    MoeShape,
+    strategy=moe_shapes(),
+    pins=REGRESSIONS,
+    backends=[Nvfp4MoeBackend.FLASHINFER_TRTLLM, Nvfp4MoeBackend.FLASHINFER_TRTLLM_PER_TOKEN],
+)
 def check_prepare_round_trip(shape: MoeShape, backend: Nvfp4MoeBackend, policy: MoeAlignment) -> None:
     """Undoing FlashInfer's trtllm-gen shuffles and the 128x4 swizzle gives back the padded tensors."""
     aligned, _ = align_nvfp4(shape, backend, policy)
@@ -149,17 +152,18 @@ def check_prepare_round_trip(shape: MoeShape, backend: Nvfp4MoeBackend, policy: 
         assert torch.equal(lin[:, inverse_permutation(perm)], src), f"{name} does not round-trip"
 
 
-@pytest.mark.backends(Nvfp4MoeBackend.FLASHINFER_TRTLLM)
-@pytest.mark.cuda
-@given(shape=moe_shapes())
-@pinned
-def test_scale_interleave_kernel(shape: MoeShape, backend: Nvfp4MoeBackend, policy: MoeAlignment) -> None:
-    """FlashInfer's CUDA ``block_scale_interleave`` on the gathered padded scales equals the reference swizzle."""
-    run_check(check_scale_interleave_kernel, shape, backend, policy, kernel=True)
-
-
-@check(CONTRACT, MoeShape)
+@check(
+    CONTRACT,
+    MoeShape,
+    strategy=moe_shapes(),
+    pins=REGRESSIONS,
+    backends=TRTLLM,
+    kernel=True,
+    kernel_backends=False,
+    marks=[pytest.mark.cuda],
+)
 def check_scale_interleave_kernel(shape: MoeShape, backend: Nvfp4MoeBackend, policy: MoeAlignment) -> None:
+    """FlashInfer's CUDA ``block_scale_interleave`` on the gathered padded scales equals the reference swizzle."""
     aligned, _ = align_nvfp4(shape, backend, policy)
     prepare = record(backend).prepare
     on_gpu = prepare(aligned, shape.gated, lambda s: fi.block_scale_interleave(s).view(swizzle_128x4(s).shape))
@@ -168,34 +172,3 @@ def check_scale_interleave_kernel(shape: MoeShape, backend: Nvfp4MoeBackend, pol
         assert torch.equal(getattr(on_gpu, name).view(torch.uint8), getattr(reference, name).view(torch.uint8)), (
             f"block_scale_interleave differs from the 128x4 reference on {name}"
         )
-
-
-@given(shape=moe_shapes())
-@pinned
-def test_flashinfer_accepts(shape: MoeShape, backend: Nvfp4MoeBackend, policy: MoeAlignment) -> None:
-    run_check(check_flashinfer_accepts, shape, backend, policy)
-
-
-@given(shape=moe_shapes())
-@pinned
-def test_padding_invariance(shape: MoeShape, backend: Nvfp4MoeBackend, policy: MoeAlignment) -> None:
-    run_check(check_padding_invariance, shape, backend, policy)
-
-
-@given(shape=moe_shapes())
-@pinned
-def test_layout_contract(shape: MoeShape, backend: Nvfp4MoeBackend, policy: MoeAlignment) -> None:
-    run_check(check_layout_contract, shape, backend, policy)
-
-
-@given(shape=moe_shapes())
-@pinned
-def test_minimal_and_idempotent(shape: MoeShape, backend: Nvfp4MoeBackend, policy: MoeAlignment) -> None:
-    run_check(check_minimal_and_idempotent, shape, backend, policy)
-
-
-@pytest.mark.backends(Nvfp4MoeBackend.FLASHINFER_TRTLLM)
-@given(shape=moe_shapes())
-@pinned
-def test_prepare_round_trip(shape: MoeShape, backend: Nvfp4MoeBackend, policy: MoeAlignment) -> None:
-    run_check(check_prepare_round_trip, shape, backend, policy)

@@ -15,7 +15,7 @@ Inputs follow FlashInfer's unified MoE fuzzer: activations are snapped to the NV
 quantization is then lossless) and the intermediate's global scale is calibrated from the
 reference, as ``trtllm_gen_fused_moe_utils.py`` does. Weights are the seed's random FP4 bytes.
 
-Assumption (``kernels.md`` §2.5 item 6, open): the policy's ``Ip`` is passed to trtllm-gen as
+Assumption (``docs/kernels.md`` §2.5 item 6, open): the policy's ``Ip`` is passed to trtllm-gen as
 ``intermediate_size`` unchanged, also when ``Ip ≡ 64 (mod 128)`` (vLLM's gated rule, e.g.
 Gemma-4 TP4: 176 -> 192). FlashInfer 0.7.4's ``valid_intermediate_size`` docstring says the
 kernels need a multiple of 128, yet the monolithic FP4 launcher has no such check (only the staged
@@ -32,7 +32,7 @@ from collections.abc import Callable
 
 import pytest
 import torch
-from hypothesis import given, settings
+from hypothesis import settings
 from hypothesis.strategies import SearchStrategy
 
 from adapters import flashinfer_moe_kernels as kernels
@@ -41,17 +41,14 @@ from backends.nvfp4_moe import CONTRACT, Fp4OutputBound, Nvfp4MoeBackend
 from conformance.layers import align_nvfp4
 from contracts.errors import LibraryUnavailable
 from contracts.moe import AlignedMoe, MoeAlignment
-from harness.repro import check, record_event, record_target, run_check
+from harness.properties import check, property_test, record_event, record_target
 from reference.formats import E2M1_MAX, E4M3_MAX, NVFP4_BLOCK, GlobalScale, nvfp4_dequantize, nvfp4_quantize
 from reference.moe import GateUpOrder, moe_reference, route
 from strategies.moe import ACTIVATIONS, MoeShape, moe_shapes, pinned_shape
-from strategies.pins import pinned_examples
 from strategies.tensors import MoeCase, dequantize_moe, real_channels
 
 pytestmark = [pytest.mark.contract(CONTRACT)]
 
-TRTLLM = pytest.mark.backends(Nvfp4MoeBackend.FLASHINFER_TRTLLM, kernel=True)
-CUTLASS = pytest.mark.backends(Nvfp4MoeBackend.FLASHINFER_CUTLASS, kernel=True)
 
 KERNEL_EXPERTS = 8
 """Multiplier of the drawn expert count: FlashInfer's trtllm-gen tests and fuzzer run >= 8 experts."""
@@ -74,16 +71,11 @@ def kernel_shapes(backend: Nvfp4MoeBackend) -> SearchStrategy[MoeShape]:
     return moe_shapes(group=NVFP4_BLOCK, activations=tuple(a for a in ACTIVATIONS if a.kind in kinds))
 
 
-TRTLLM_SHAPES = kernel_shapes(Nvfp4MoeBackend.FLASHINFER_TRTLLM)
-CUTLASS_SHAPES = kernel_shapes(Nvfp4MoeBackend.FLASHINFER_CUTLASS)
 REGRESSIONS = (
     pinned_shape("gemma-4-26b-a4b", 4),  # vLLM #46879: I 176 -> 192 (≡ 64 mod 128), GeGLU
     pinned_shape("gemma-4-26b-a4b", 2),  # vLLM #55649: I 352 -> 384, per-half padding
     pinned_shape("nemotron-3-nano-30b-a3b", 1),  # vLLM #52308: hidden padding on trtllm-gen, relu2
 )
-
-
-pinned = pinned_examples("shape", [on_kernel(shape) for shape in REGRESSIONS])
 
 
 @dataclasses.dataclass(frozen=True)
@@ -254,33 +246,16 @@ def check_kernel_padding_invariance(shape: MoeShape, backend: Nvfp4MoeBackend, p
     )
 
 
-@TRTLLM
-@KERNEL_SETTINGS
-@given(shape=TRTLLM_SHAPES.map(on_kernel))
-@pinned
-def test_trtllm_kernel_matches_reference(shape: MoeShape, backend: Nvfp4MoeBackend, policy: MoeAlignment) -> None:
-    run_check(check_kernel_matches_reference, shape, backend, policy, kernel=True)
+for _check in (check_kernel_matches_reference, check_kernel_padding_invariance):
+    for _backend in (b for b in Nvfp4MoeBackend if record(b).kernel is not None):
+        property_test(
+            _check,
+            name=f"test_{_backend.name.removeprefix('FLASHINFER_').lower()}_{_check.__name__.removeprefix('check_')}",
+            strategy=kernel_shapes(_backend).map(on_kernel),
+            pins=[on_kernel(shape) for shape in REGRESSIONS],
+            backends=[_backend],
+            kernel=True,
+            settings=KERNEL_SETTINGS,
+        )
 
-
-@CUTLASS
-@KERNEL_SETTINGS
-@given(shape=CUTLASS_SHAPES.map(on_kernel))
-@pinned
-def test_cutlass_kernel_matches_reference(shape: MoeShape, backend: Nvfp4MoeBackend, policy: MoeAlignment) -> None:
-    run_check(check_kernel_matches_reference, shape, backend, policy, kernel=True)
-
-
-@TRTLLM
-@KERNEL_SETTINGS
-@given(shape=TRTLLM_SHAPES.map(on_kernel))
-@pinned
-def test_trtllm_kernel_padding_invariance(shape: MoeShape, backend: Nvfp4MoeBackend, policy: MoeAlignment) -> None:
-    run_check(check_kernel_padding_invariance, shape, backend, policy, kernel=True)
-
-
-@CUTLASS
-@KERNEL_SETTINGS
-@given(shape=CUTLASS_SHAPES.map(on_kernel))
-@pinned
-def test_cutlass_kernel_padding_invariance(shape: MoeShape, backend: Nvfp4MoeBackend, policy: MoeAlignment) -> None:
-    run_check(check_kernel_padding_invariance, shape, backend, policy, kernel=True)
+del _check, _backend

@@ -72,6 +72,7 @@ def check(
     examples: Iterable[Any] = (),
     backends: Sequence[enum.Enum] | _AllBackends | None = None,
     kernel: bool = False,
+    kernel_backends: bool | None = None,
     marks: Iterable[pytest.MarkDecorator] = (),
     settings: Callable[[Any], Any] | None = None,
     fixtures: Sequence[str] = (),
@@ -95,6 +96,7 @@ def check(
                 examples=examples,
                 backends=backends,
                 kernel=kernel,
+                kernel_backends=kernel_backends,
                 marks=marks,
                 settings=settings,
                 fixtures=fixtures,
@@ -113,6 +115,7 @@ def property_test(
     examples: Iterable[Any] = (),
     backends: Sequence[enum.Enum] | _AllBackends | None = None,
     kernel: bool = False,
+    kernel_backends: bool | None = None,
     marks: Iterable[pytest.MarkDecorator] = (),
     settings: Callable[[Any], Any] | None = None,
     fixtures: Sequence[str] = (),
@@ -129,6 +132,8 @@ def property_test(
       them and each parameter carries its record's requirement markers;
     * ``kernel``: the check runs a GPU kernel: only backends whose record has a kernel runner
       (with its ``kernel_requires`` markers), and its reproduction is written before each example;
+      ``kernel_backends=False`` keeps the reproduction but not the record selection (a device op
+      that is not the backend's kernel, whose requirement ``marks`` name);
     * ``marks``: pytest marks (requirements such as ``pytest.mark.sm100``); ``settings``: a
       ``hypothesis.settings`` object for this test; ``fixtures``: extra fixtures to request
       (for their side effects; they are not passed to the check).
@@ -144,6 +149,7 @@ def property_test(
         examples=examples,
         backends=backends,
         kernel=kernel,
+        kernel_backends=kernel_backends,
         marks=marks,
         settings=settings,
         fixtures=fixtures,
@@ -160,6 +166,7 @@ def _register(
     examples: Iterable[Any],
     backends: Sequence[enum.Enum] | _AllBackends | None,
     kernel: bool,
+    kernel_backends: bool | None,
     marks: Iterable[pytest.MarkDecorator],
     settings: Callable[[Any], Any] | None,
     fixtures: Sequence[str],
@@ -195,6 +202,7 @@ def _register(
     test.__name__ = test.__qualname__ = name
     test.__module__ = namespace.get("__name__", fn.__module__)
     test.__doc__ = fn.__doc__
+    test.__fp4_property__ = fn  # type: ignore[attr-defined]  # the check it runs (read by the bench)
     decorated: Any = pinned_examples(argname, pins)(test)
     for config in reversed(list(examples)):
         decorated = example(**{argname: config})(decorated)
@@ -203,7 +211,8 @@ def _register(
         decorated = settings(decorated)
     if with_backend:
         members = () if backends is ALL_BACKENDS else tuple(backends)  # type: ignore[arg-type]
-        decorated = pytest.mark.backends(*members, **({"kernel": True} if kernel else {}))(decorated)
+        on_kernel = kernel if kernel_backends is None else kernel_backends
+        decorated = pytest.mark.backends(*members, kernel=on_kernel)(decorated)
     for mark in marks:
         decorated = mark(decorated)
     namespace[name] = decorated

@@ -1,6 +1,6 @@
 """FP4 number formats: E2M1 elements, E4M3 / UE8M0 block scales, NVFP4 and MXFP4.
 
-Written from ``../shared/docs/formats.md`` (OCP MX v1.0 for MXFP4, NVIDIA's NVFP4 description).
+Written from ``docs/formats.md`` (OCP MX v1.0 for MXFP4, NVIDIA's NVFP4 description).
 Pure torch, CPU or GPU, no library under test is imported here.
 
 Conventions that real libraries disagree on are parameters, never hidden choices:
@@ -89,7 +89,7 @@ class GlobalScale(enum.Enum):
 def _round_to_codebook(magnitude: torch.Tensor, table: torch.Tensor) -> torch.Tensor:
     """Index of the nearest entry of the ascending ``table``, ties to the even index, saturating.
 
-    For E2M1 and E4M3 the index parity is the mantissa LSB, so ties-to-even-index is IEEE
+    For E2M1 and E4M3 an entry's index parity is the mantissa LSB, so ties-to-even-index is IEEE
     round-to-nearest-even. Values beyond the last entry (and +inf) saturate to the last index.
     """
     if torch.isnan(magnitude).any():

@@ -1,4 +1,4 @@
-"""Weight and scale layout transforms, each with its inverse, from ``../shared/docs/layouts.md``.
+"""Weight and scale layout transforms, each with its inverse, from ``docs/layouts.md``.
 
 Every transform is defined here once and imported everywhere else. Row permutations are
 returned as index tensors ``perm`` with ``out = x[perm]`` (``perm[dst] = src``), the FlashInfer
@@ -33,7 +33,7 @@ def inverse_permutation(perm: torch.Tensor) -> torch.Tensor:
     return inv
 
 
-# --- 128x4 scale swizzle (layouts.md §2) -------------------------------------------------------
+# --- 128x4 scale swizzle (docs/layouts.md §2) -------------------------------------------------------
 
 
 def swizzle_128x4(scales: torch.Tensor) -> torch.Tensor:
@@ -71,7 +71,7 @@ def unswizzle_128x4(swizzled: torch.Tensor, rows: int, cols: int) -> torch.Tenso
     return out[0] if squeeze else out
 
 
-# --- trtllm-gen row shuffles (layouts.md §4-§7) -----------------------------------------------
+# --- trtllm-gen row shuffles (docs/layouts.md §4-§7) -----------------------------------------------
 
 
 def trtllm_shuffle_block(epilogue_tile_m: int) -> int:
@@ -117,7 +117,7 @@ def gated_reorder(rows: int) -> torch.Tensor:
 def fc1_permutation(
     rows: int, gated: bool, scales: bool, epilogue_tile_m: int = TRTLLM_EPILOGUE_TILE_M
 ) -> torch.Tensor:
-    """Composed FC1 row permutation ``g[r]`` of trtllm-gen FP4 weight prep (``layouts.md`` §7).
+    """Composed FC1 row permutation ``g[r]`` of trtllm-gen FP4 weight prep (``docs/layouts.md`` §7).
 
     ``g`` is :func:`gated_reorder` (identity if not gated); ``r`` the row shuffle, its scale
     variant (``M % 128``) when ``scales``. ``out[i] = x[g[r[i]]]``.
@@ -159,7 +159,7 @@ def interleave_rows(x: torch.Tensor, dim: int = -2) -> torch.Tensor:
     return torch.stack((a, b), dim=d + 1).flatten(d, d + 1)
 
 
-# --- SM90 mixed-GEMM scale interleaves (layouts.md §9) ------------------------------------------
+# --- SM90 mixed-GEMM scale interleaves (docs/layouts.md §9) ------------------------------------------
 
 
 def sm90_mixed_gemm_scale_interleave(scales: torch.Tensor) -> torch.Tensor:
@@ -211,7 +211,7 @@ def vllm_sm90_scale_deinterleave(interleaved: torch.Tensor) -> torch.Tensor:
     return interleaved.reshape(e, kb, n4 // 4, 4).permute(0, 2, 1, 3).reshape(e, n4 // 4, kb * 4)
 
 
-# --- AITER layouts (layouts.md §10-§11) ---------------------------------------------------------
+# --- AITER layouts (docs/layouts.md §10-§11) ---------------------------------------------------------
 
 
 def _e8m0_permute(padded: torch.Tensor) -> torch.Tensor:
@@ -289,7 +289,7 @@ def aiter_unshuffle_weight(w: torch.Tensor) -> torch.Tensor:
     return w.reshape(-1, n // 16, kb // 32, 2, 16, 16).permute(0, 1, 4, 2, 3, 5).reshape(w.shape)
 
 
-# --- Fused gated FC1 row layouts (layouts.md §13) -----------------------------------------------
+# --- Fused gated FC1 row layouts (docs/layouts.md §13) -----------------------------------------------
 
 
 class Fc1Layout(enum.Enum):

@@ -3,7 +3,7 @@
 A fused gated FC1 tensor holds two halves of ``I`` rows each (``[gate; up]`` or ``[up; gate]``);
 the kernel splits it at the padded size ``Ip``. Padding must therefore grow each half
 separately, ``[a; b] -> [a, 0_(Ip-I); b, 0_(Ip-I)]``, so that row ``j`` of one half still pairs
-with row ``j`` of the other (``vllm-logic.md`` §2). Padding the fused block at its end instead
+with row ``j`` of the other (``docs/vllm-logic.md`` §2). Padding the fused block at its end instead
 shifts the pairing by ``Ip - I``: that is the Gemma-4 TP=2 silent corruption (vLLM #55649).
 """
 

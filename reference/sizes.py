@@ -1,6 +1,6 @@
 """Rank-local size arithmetic: rounding, tensor-parallel splits and group integrity.
 
-Symbols follow ``../shared/docs/vllm-logic.md``: ``I`` is an intermediate size, ``tp`` the
+Symbols follow ``docs/vllm-logic.md``: ``I`` is an intermediate size, ``tp`` the
 tensor-parallel degree, ``g`` the quantization group (16 for NVFP4, 32 for MXFP4).
 """
 
@@ -21,7 +21,7 @@ def even_split(size: int, tp: int, group: int) -> int:
     Returns ``size / tp``. Raises :class:`ShapeContractError` when ``tp`` does not divide
     ``size`` or when the rank-local size cuts a quantization group (``(size/tp) % group != 0``):
     rank ``r`` then starts at ``r·size/tp``, inside a group, and no padding can repair the
-    misaligned block scales (``vllm-logic.md`` §15).
+    misaligned block scales (``docs/vllm-logic.md`` §15).
     """
     require(tp >= 1, f"tensor-parallel degree must be >= 1, got {tp}")
     require(group >= 1, f"quantization group must be >= 1, got {group}")

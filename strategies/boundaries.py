@@ -30,14 +30,15 @@ GENERIC_MODULI = (8, 16, 32, 64, 128, 256)
 
 
 def _record_multiples(contract: str, *fields: str) -> tuple[int, ...]:
-    return tuple(sorted({getattr(r, f) for r in records(contract) for f in fields}))
+    values = {getattr(r, f, None) for r in records(contract) for f in fields}
+    return tuple(sorted(v for v in values if v is not None))
 
 
 RULE_MODULI: dict[str, tuple[int, ...]] = {
     "nvfp4_moe.intermediate": _record_multiples(
         "nvfp4_moe", "intermediate_multiple", "intermediate_multiple_non_gated"
     ),
-    "nvfp4_moe.hidden": _record_multiples("nvfp4_moe", "hidden_multiple"),
+    "nvfp4_moe.hidden": _record_multiples("nvfp4_moe", "hidden_multiple", "hidden_multiple_non_gated"),
     "mxfp4_moe.intermediate": _record_multiples("mxfp4_moe", "intermediate_multiple"),
     "mxfp4_moe.hidden": _record_multiples("mxfp4_moe", "hidden_multiple"),
     # reference.layouts.asm_scale_swizzle_ok: the unpadded ASM scale view needs rows % 32, cols % 8

@@ -78,7 +78,7 @@ def rank_local(layer: LinearLayer, tp: int, parallel: Parallel) -> tuple[int, in
     """Rank-local ``(N, K)`` of ``layer`` held as ``parallel`` at degree ``tp``, or None if vLLM cannot load it.
 
     Column: ``out % tp == 0``. Row: ``in % tp == 0`` and whole 32-element groups per rank (a cut
-    group cannot be repaired, ``vllm-logic.md`` §15; the shared-expert contract decides those).
+    group cannot be repaired, ``docs/vllm-logic.md`` §15; the shared-expert contract decides those).
     Replicated: always (``N = out``, ``K = in``).
     """
     out, k_in = layer.out_features, layer.in_features
@@ -317,7 +317,7 @@ class ActivationBlocks(Config):
 
 
 RCEIL_EVEN_BAND = (1.5, 1.75)
-"""Open interval of amax mantissas where RCEIL (RoundUp) and EVEN scale exponents differ (formats.md §7)."""
+"""Open interval of amax mantissas where RCEIL (RoundUp) and EVEN scale exponents differ (docs/formats.md §7)."""
 
 
 def _fp32(x: float) -> float:

@@ -59,7 +59,7 @@ def matches_pin(config: object, pin: Pin | None = None) -> bool:
 def pinned_examples(argname: str, configs: Iterable[object]) -> Callable[[T], T]:
     """``@example(argname=c)`` for each configuration that :func:`matches_pin`, run in the listed order.
 
-    Applied at import time, after the plugin has set the session's pin, so ``--model/--tp/--ep``
+    Applied at import time, after the plugin has set the run's pin, so ``--model/--tp/--ep``
     triage runs replay only the pinned model's regressions.
     """
     kept = [c for c in configs if matches_pin(c)]

@@ -1,4 +1,4 @@
-"""Hypothesis strategies for the shared-expert placement decision (``vllm-logic.md`` §12).
+"""Hypothesis strategies for the shared-expert placement decision (``docs/vllm-logic.md`` §12).
 
 A case is one MoE block's shared expert (global intermediate size ``I``, hidden size ``H``) under
 a parallel configuration (TP degree, EP, sequence parallelism), a quantization group (32 for
@@ -133,6 +133,10 @@ def shared_expert_cases(draw: st.DrawFn) -> SharedExpertCase:
         m = MODELS[pin.model] if pin.model else MODELS[draw(st.sampled_from(SHARED_EXPERT_MODELS))]
         model, hidden, intermediate = m.name, m.hidden, m.shared_intermediate
     group = None if draw(st.integers(0, 3)) == 3 else QUARK_OCP_MX_GROUP  # one in four without groups: nothing to align
+    if group is not None and 0 < intermediate < group:
+        # a quantized layer holds whole groups: no checkpoint has a shared expert narrower than one
+        # group (its down_proj scale would have zero columns), as no layer has an empty scale
+        intermediate = group
     expert_parallel = pin.ep if pin.ep is not None else draw(st.booleans())
     sequence_parallel = draw(st.booleans())
     fse = draw(st.sampled_from(FseState))

@@ -86,7 +86,7 @@ register_subject(
         "bad-overconservative-guard",
         "MXFP4 linear: the ASM guard also requires rows % 256 (falls back where ASM works: slower)",
         {CONTRACT: OverconservativeGuardLinear()},
-        reproduces="over-strict fallback predicate (performance class, regressions.md §1 'Over-padding cost')",
+        reproduces="over-strict fallback predicate (performance class, docs/regressions.md §1 'Over-padding cost')",
     )
 )
 register_subject(
@@ -102,6 +102,6 @@ register_subject(
         "bad-single-act-rounding",
         "MXFP4 linear: the Triton fallback's activation quantizer modelled with the ASM path's RoundUp",
         {CONTRACT: SingleActivationRoundingLinear()},
-        reproduces="formats.md §7: dynamic_mxfp4_quant rounds Even, per_1x32_f4_quant_hip RoundUp",
+        reproduces="docs/formats.md §7: dynamic_mxfp4_quant rounds Even, per_1x32_f4_quant_hip RoundUp",
     )
 )

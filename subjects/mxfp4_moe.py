@@ -120,7 +120,7 @@ KNOWN_BAD = (
         "bad-marlin-concat-padding",
         "Marlin MXFP4 MoE: the concatenated [w1; w3] block zero-padded at its end instead of per shard",
         {CONTRACT: MarlinConcatPaddingAlignment()},
-        reproduces="vLLM prepare_nvfp4_moe_layer_for_marlin before per-shard padding (regressions.md M4)",
+        reproduces="vLLM prepare_nvfp4_moe_layer_for_marlin before per-shard padding (docs/regressions.md M4)",
     ),
     Subject(
         "bad-assume-interleaved",

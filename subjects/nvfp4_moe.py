@@ -21,7 +21,7 @@ def required_sizes(backend: Nvfp4MoeBackend, intermediate: int, hidden: int, gat
     (:mod:`backends.nvfp4_moe` states why each backend needs them)."""
     r = record(backend)
     ip = round_up(intermediate, r.intermediate_multiple if gated else r.intermediate_multiple_non_gated)
-    return ip, round_up(hidden, r.hidden_multiple)
+    return ip, round_up(hidden, r.hidden_multiple_for(gated))
 
 
 class BuiltinNvfp4MoeAlignment:

@@ -47,6 +47,7 @@ from backends.mxfp4_moe import CONTRACT as MXFP4_MOE
 from backends.mxfp4_moe import Mxfp4MoeBackend
 from backends.nvfp4_moe import CONTRACT as NVFP4_MOE
 from backends.nvfp4_moe import Nvfp4MoeBackend
+from contracts.errors import LibraryUnavailable
 from contracts.moe import AlignedMoe, MoeWeights
 from contracts.mxfp4_linear import CONTRACT as MXFP4_LINEAR
 from contracts.mxfp4_linear import PreparedMxfp4Linear
@@ -291,6 +292,8 @@ def nvfp4_fused_moe(
     (``ModelOptFp4Config``, group 16, no per-token activation) of global ``intermediate`` size, under
     ``--moe-runner-backend`` :data:`NVFP4_BACKENDS` on a B200 (:func:`sglang_layer_context`): its
     constructor picks ``ModelOptNvFp4FusedMoEMethod``, whose ``create_weights`` rounds and allocates."""
+    if backend not in NVFP4_BACKENDS:
+        raise LibraryUnavailable(f"the SGLang subject does not map NVFP4 MoE backend {backend.value} (NVFP4_BACKENDS)")
     with sglang_layer_context(NVFP4_BACKENDS[backend], BLACKWELL, tp, rank) as m:
         config = m.modelopt.ModelOptFp4Config(
             is_checkpoint_nvfp4_serialized=True, group_size=16, use_per_token_activation=False
@@ -553,6 +556,37 @@ def mxfp4_fused_moe_sizes(backend: Mxfp4MoeBackend, hidden: int, intermediate: i
     if backend is Mxfp4MoeBackend.FLASHINFER_CUTLASS_SM90:
         return method._padded_intermediate, method._padded_hidden
     return layer.w13_weight.shape[1] // 2, 2 * layer.w13_weight.shape[2]
+
+
+def load_mxfp4_checkpoint(backend: Mxfp4MoeBackend, weights: MoeWeights) -> MoeWeights:
+    """One rank's gpt-oss-style MXFP4 experts after SGLang's loader: a real ``FusedMoE`` of
+    ``Mxfp4MoEMethod`` under ``backend``'s selection (TP 1) and ``FusedMoE.weight_loader`` with
+    ``expert_id=None`` for each expert tensor, the call ``GptOssForCausalLM._load_mxfp4_experts_weights``
+    makes after narrowing the rank's slice. Returns the buffers before post-load processing (biases as
+    fp32). Not the policy's placement yet: SGLang fills padded scales with E8M0 127, where the suite's
+    layout properties require zero bytes (``tests/test_sglang_subject.py`` pins both facts)."""
+    runner, platform, switches = MXFP4_BACKENDS[backend]
+    prefix = "model.layers.0.mlp.experts"
+    with sglang_layer_context(runner, platform) as m, contextlib.ExitStack() as stack:
+        for name, value in switches.items():
+            stack.enter_context(mock.patch.object(m.mxfp4, name, value))
+        config = m.mxfp4.Mxfp4Config(is_checkpoint_mxfp4_serialized=True)
+        layer = m.FusedMoE(
+            num_experts=weights.w13.shape[0], hidden_size=weights.hidden_size,
+            intermediate_size=weights.intermediate_size, layer_id=0, top_k=1, quant_config=config,
+            prefix=prefix, activation="silu", with_bias=True,
+        )  # fmt: skip
+        tensors = {"w13_weight": weights.w13, "w13_weight_scale": weights.w13_scale, "w2_weight": weights.w2,
+                   "w2_weight_scale": weights.w2_scale, "w13_weight_bias": weights.w13_bias,
+                   "w2_weight_bias": weights.w2_bias}  # fmt: skip
+        for name, tensor in tensors.items():
+            if tensor is not None:
+                layer.weight_loader(getattr(layer, name), tensor, f"{prefix}.{name}", shard_id=None, expert_id=None)
+        return MoeWeights(
+            w13=layer.w13_weight.detach(), w13_scale=layer.w13_weight_scale.detach(), w2=layer.w2_weight.detach(),
+            w2_scale=layer.w2_weight_scale.detach(), block=32, fc1_layout=weights.fc1_layout,
+            w13_bias=layer.w13_weight_bias.detach().float(), w2_bias=layer.w2_weight_bias.detach().float(),
+        )  # fmt: skip
 
 
 class SglangMxfp4MoeAlignment(BuiltinMxfp4MoeAlignment):

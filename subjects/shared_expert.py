@@ -26,7 +26,7 @@ from subjects.registry import Subject, register_contract, register_subject
 
 
 def should_replicate_misaligned(setup: SharedExpertSetup) -> bool:
-    """vLLM's ``_should_replicate_misaligned_shared_expert`` (``vllm-logic.md`` §12.1).
+    """vLLM's ``_should_replicate_misaligned_shared_expert`` (``docs/vllm-logic.md`` §12.1).
 
     False when there is nothing to align (``I <= 0`` or no group) or the split keeps whole groups
     (``I % tp == 0`` and ``(I/tp) % group == 0``); True (replicate) under EP or sequence

@@ -81,6 +81,7 @@ def vllm_modules() -> types.SimpleNamespace:
     try:
         importlib.import_module("vllm.model_executor.layers.fused_moe")  # must come first
         ffm = importlib.import_module("vllm.model_executor.layers.quantization.utils.flashinfer_fp4_moe")
+        fiu = importlib.import_module("vllm.model_executor.layers.quantization.utils.flashinfer_utils")
         nvfp4_oracle = importlib.import_module("vllm.model_executor.layers.fused_moe.oracle.nvfp4")
         activation = importlib.import_module("vllm.model_executor.layers.fused_moe.activation")
         mxfp4_oracle = importlib.import_module("vllm.model_executor.layers.fused_moe.oracle.mxfp4")
@@ -95,6 +96,7 @@ def vllm_modules() -> types.SimpleNamespace:
         ) from exc
     return types.SimpleNamespace(
         ffm=ffm,
+        fiu=fiu,
         NvFp4MoeBackend=nvfp4_oracle.NvFp4MoeBackend,
         MoEActivation=activation.MoEActivation,
         mxfp4_oracle=mxfp4_oracle,
@@ -136,12 +138,14 @@ def _fake_layer(v: types.SimpleNamespace, gated: bool, hidden: int, intermediate
     return types.SimpleNamespace(activation=act, moe_config=config)
 
 
-VLLM_NVFP4_BACKENDS = {
-    Nvfp4MoeBackend.FLASHINFER_TRTLLM: "FLASHINFER_TRTLLM",
-    Nvfp4MoeBackend.FLASHINFER_CUTLASS: "FLASHINFER_CUTLASS",
+VLLM_NVFP4_BACKENDS: dict[Nvfp4MoeBackend, tuple[str, bool]] = {
+    Nvfp4MoeBackend.FLASHINFER_TRTLLM: ("FLASHINFER_TRTLLM", False),
+    Nvfp4MoeBackend.FLASHINFER_CUTLASS: ("FLASHINFER_CUTLASS", False),
+    Nvfp4MoeBackend.FLASHINFER_TRTLLM_PER_TOKEN: ("FLASHINFER_TRTLLM", True),
 }
-"""The suite's NVFP4 MoE backends as vLLM's ``NvFp4MoeBackend`` members (a backend without an entry
-raises ``KeyError``: the engine mapping is where a new backend is added)."""
+"""The suite's NVFP4 MoE backends as vLLM's ``NvFp4MoeBackend`` members and whether the layer's
+activation scale is per-token (ModelOpt ``kNvfp4DynamicToken``: ``ModelOptNvFp4FusedMoE.per_token_activation``).
+A backend without an entry raises ``KeyError``: the engine mapping is where a new backend is added."""
 
 
 class VllmNvfp4MoeAlignment:
@@ -150,7 +154,10 @@ class VllmNvfp4MoeAlignment:
     * FLASHINFER_TRTLLM branch: vLLM pads the hidden size and aligns the intermediate size, then
       calls ``prepare_static_weights_for_trtllm_fp4_moe`` whose 128x4 interleave is a CUDA kernel.
       The adapter captures that call's inputs (the padded, not yet shuffled weights) and returns
-      them; the suite's own properties then run FlashInfer's real shuffle helpers on them.
+      them; the suite's own properties then run FlashInfer's real shuffle helpers on them. The hidden
+      alignment is chosen as ``ModelOptNvFp4FusedMoE.process_weights_after_loading`` chooses it:
+      vLLM's ``trtllm_nvfp4_hidden_alignment(per_token_activation, is_act_and_mul)`` (512 for a
+      per-token non-gated layer, else 256).
     * CUTLASS branch: ``swizzle_blockscale`` ends with ``.cuda()``; on a machine without CUDA the
       adapter makes ``Tensor.cuda`` the identity for the duration of the call, and reads the
       swizzled scales back with the reference inverse.
@@ -168,15 +175,19 @@ class VllmNvfp4MoeAlignment:
             layer, w13, w13_scale.view(torch.float8_e4m3fn), ones, ones, weights.w2.clone(),
             weights.w2_scale.view(torch.float8_e4m3fn).contiguous(), ones, ones,
         )  # fmt: skip
+        member, per_token = VLLM_NVFP4_BACKENDS[backend]
         branches = {
-            "FLASHINFER_TRTLLM": lambda: self._trtllm(v, layer, args, gated),
+            "FLASHINFER_TRTLLM": lambda: self._trtllm(v, layer, args, gated, per_token),
             "FLASHINFER_CUTLASS": lambda: self._cutlass(v, args, gated, h),
         }
-        return branches[VLLM_NVFP4_BACKENDS[backend]]()
+        return branches[member]()
 
     @staticmethod
-    def _trtllm(v: types.SimpleNamespace, layer: types.SimpleNamespace, args: tuple, gated: bool) -> AlignedMoe:
+    def _trtllm(
+        v: types.SimpleNamespace, layer: types.SimpleNamespace, args: tuple, gated: bool, per_token: bool
+    ) -> AlignedMoe:
         captured: dict[str, torch.Tensor] = {}
+        alignment = v.fiu.trtllm_nvfp4_hidden_alignment(per_token_activation=per_token, is_act_and_mul=gated)
 
         def capture(w13, w2, w13_scale, w2_scale, **_: object):
             captured.update(w13=w13, w2=w2, w13_scale=w13_scale, w2_scale=w2_scale)
@@ -184,7 +195,7 @@ class VllmNvfp4MoeAlignment:
 
         with mock.patch.object(v.ffm, "prepare_static_weights_for_trtllm_fp4_moe", capture):
             v.ffm.prepare_nvfp4_moe_layer_for_fi_or_cutlass(
-                v.NvFp4MoeBackend.FLASHINFER_TRTLLM, *args, is_act_and_mul=gated
+                v.NvFp4MoeBackend.FLASHINFER_TRTLLM, *args, is_act_and_mul=gated, trtllm_hidden_alignment=alignment
             )
         aligned = MoeWeights(
             w13=captured["w13"], w13_scale=captured["w13_scale"].view(torch.uint8),

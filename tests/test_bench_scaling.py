@@ -59,7 +59,9 @@ def test_rows_compare_with_the_first_run_and_render() -> None:
         "runs": [scaling.row("1", first, first), same, other],
         "slowest": scaling.slowest(first),
     }
+    report["baseline"], report["ab"] = "old", [{"property": "t::a", "baseline": 4.0, "this": 12.5, "ratio": 3.12}]
     text = scaling.markdown(report)
     assert "| 4 | 1 x 4 | 25.0 | 4.0x | 3.0 / 3.0 | 1 / 0 / 0 | yes |" in text
     assert "| auto | 1 x 4 | 20.0 | 5.0x" in text and "| NO |" in text
     assert "| `t::a` | 25 | 2.0 | 12.5 |" in text
+    assert "| `t::a` | 4.0 | 12.5 | 3.12x |" in text

@@ -1,10 +1,12 @@
-"""Citations of the project's documents resolve.
+"""Citations of the project's documents resolve, and tracked files cite and speak plainly.
 
 Code and documents cite ``docs/<name>.md §<section>`` (or ``docs/regressions.md <id>`` for a catalogued
 regression); inside ``docs/`` the form is a Markdown link ``[<name>.md](<name>.md) §<section>``. Every such
 citation in a tracked file must name an existing document and one of its numbered headings (``## 2.``,
 ``### 10.1``) or catalogue ids (a table row ``| A1 |``), so renumbering a section breaks the build instead of
-the reader's trail.
+the reader's trail. Outside ``docs/`` a document is cited by its repository path, no tracked file names a
+path outside the repository or describes a measurement by where it was taken instead of its date, hardware
+and versions, and every test a document names exists.
 """
 
 from __future__ import annotations
@@ -95,3 +97,59 @@ def test_citation_parser(tmp_path: Path, text: str, want: list[tuple[str, str]])
     f = tmp_path / "x.py"
     f.write_text(text, encoding="utf-8")
     assert [(n, s) for _, n, s in citations(f)] == want
+
+
+_DOC_NAMES = "formats|layouts|vllm-logic|kernels|models|regressions|testing-anchors|notes-vllm"
+_BARE = re.compile(r"(?<![\w/.\-\[])(?:" + _DOC_NAMES + r")\.md\b|\.\./shared/")
+# Words that only make sense where the text was written, not to a reader of the repository; split so that
+# this file does not match itself.
+_UNPLACED = re.compile(
+    "|".join(
+        [
+            "this " + "session",
+            "the " + "session's",
+            r"[0-9]+-minute " + "lease",
+            "work" + "place",
+            "snapshot available " + "here",
+            "stored " + "version",
+            "the " + "index",
+        ]
+    ),
+    re.IGNORECASE,
+)
+_TEST_NAME = re.compile(r"`(test_[a-z0-9_]+)`")
+
+
+def test_project_documents_are_cited_by_path() -> None:
+    """Outside ``docs/``, a document is cited as ``docs/<name>.md``, never by a bare name or an outside path."""
+    bare = [
+        f"{path.relative_to(ROOT)}:{lineno}: {line.strip()[:100]}"
+        for path in tracked_text_files()
+        if path.parent != DOCS
+        for lineno, line in enumerate(path.read_text(encoding="utf-8", errors="replace").splitlines(), 1)
+        if _BARE.search(line)
+    ]
+    assert not bare, "cite docs/<name>.md:\n" + "\n".join(bare)
+
+
+def test_tracked_files_speak_of_the_project_plainly() -> None:
+    """Measurements carry dates, hardware and versions, not words about where they were taken."""
+    found = [
+        f"{path.relative_to(ROOT)}:{lineno}: {m.group(0)!r}"
+        for path in tracked_text_files()
+        for lineno, line in enumerate(path.read_text(encoding="utf-8", errors="replace").splitlines(), 1)
+        for m in _UNPLACED.finditer(line)
+    ]
+    assert not found, "\n".join(found)
+
+
+def test_tests_named_in_docs_exist() -> None:
+    """Every ``test_...`` a document names is defined somewhere in the repository."""
+    sources = "\n".join(p.read_text(encoding="utf-8") for p in tracked_text_files() if p.suffix == ".py")
+    missing = [
+        f"docs/{doc.name}: {name}"
+        for doc in sorted(DOCS.glob("*.md"))
+        for name in sorted(set(_TEST_NAME.findall(doc.read_text(encoding="utf-8"))))
+        if not re.search(rf"\b{name}\b", sources.replace(f"`{name}`", ""))
+    ]
+    assert not missing, "\n".join(missing)

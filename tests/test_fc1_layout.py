@@ -1,10 +1,10 @@
-"""Self-tests of the fused FC1 row layouts (``reference.layouts.Fc1Layout``, ``layouts.md`` §13) and of
+"""Self-tests of the fused FC1 row layouts (``reference.layouts.Fc1Layout``, ``docs/layouts.md`` §13) and of
 their use in ``contracts.moe`` padding.
 
 Rows are labelled ``gate j -> 100 + j``, ``up j -> 200 + j`` so every layout can be read off.
 Cross-checks: vLLM's ``swap_every_two_rows`` (``x.reshape(..., n/2, 2).flip``), its CUTLASS
 ``[::2]`` / ``[1::2]`` de-interleave plus half swap and its CK ``view(n/2, 2).permute`` written out
-here from ``vllm-logic.md`` §8, and FlashInfer's real gated reorder of ``[up; gate]`` (the
+here from ``docs/vllm-logic.md`` §8, and FlashInfer's real gated reorder of ``[up; gate]`` (the
 trtllm-gen layout) when FlashInfer is installed.
 """
 
@@ -47,7 +47,7 @@ def test_relayout(source: Fc1Layout, target: Fc1Layout) -> None:
 
 
 def test_vllm_conversions_of_gpt_oss_rows() -> None:
-    """vLLM's per-backend conversions of the interleaved checkpoint (``vllm-logic.md`` §8)."""
+    """vLLM's per-backend conversions of the interleaved checkpoint (``docs/vllm-logic.md`` §8)."""
     ckpt = torch.tensor(ROWS[Fc1Layout.GATE_UP_INTERLEAVED])
     swapped = ckpt.reshape(HALF, 2).flip(-1).reshape(-1)  # TRTLLM swap_every_two_rows
     assert torch.equal(relayout_fc1(ckpt, Fc1Layout.GATE_UP_INTERLEAVED, Fc1Layout.UP_GATE_INTERLEAVED, -1), swapped)
@@ -58,7 +58,7 @@ def test_vllm_conversions_of_gpt_oss_rows() -> None:
 
 
 def test_trtllm_layout_is_flashinfers_gated_reorder() -> None:
-    """``[u0, g0, u1, g1, ...]`` is FlashInfer's gated reorder of ``[up; gate]`` (``layouts.md`` §6, §13)."""
+    """``[u0, g0, u1, g1, ...]`` is FlashInfer's gated reorder of ``[up; gate]`` (``docs/layouts.md`` §6, §13)."""
     from adapters import flashinfer as fi
 
     try:

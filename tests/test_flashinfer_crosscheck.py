@@ -30,8 +30,8 @@ GPU (markers ``cuda`` + ``flashinfer``; run on an NVIDIA GPU):
   (byte 0 -> 0.0, 0xFF -> +Inf); every scale byte, bit-exact (NaN matches NaN);
 * ``mxfp4_dequantize_host`` vs ``mxfp4_dequantize``, bit-exact. Its source decodes scales with
   CUDA's ``__nv_fp8_e8m0`` -> float conversion (``cuda_fp8.hpp``: byte 0 -> 2^-127, 0xFF -> NaN,
-  the OCP convention), not with ``b << 23``; ``formats.md`` §5 lists it with the ``b << 23``
-  decoders, so the special bytes have their own test.
+  the OCP convention), not with ``b << 23`` like its sibling above (``docs/formats.md`` §5), so the
+  special bytes have their own test.
 """
 
 from __future__ import annotations
@@ -144,7 +144,7 @@ def assert_same_bits(got: torch.Tensor, want: torch.Tensor, what: str, signed_ze
 
 
 @given(rows=ROWS, tile=TILES)
-@example(rows=48, tile=128)  # layouts.md §4: refused at tile 128, accepted at 64
+@example(rows=48, tile=128)  # docs/layouts.md §4: refused at tile 128, accepted at 64
 @example(rows=48, tile=64)
 def test_row_shuffle(rows: int, tile: int) -> None:
     assert_agree(
@@ -181,7 +181,7 @@ def test_fc1_permutation(rows: int, gated: bool, scales: bool) -> None:
 
 
 @given(rows=ROWS, scales=st.booleans())
-@example(rows=2880, scales=True)  # gpt-oss H: refused (layouts.md §7)
+@example(rows=2880, scales=True)  # gpt-oss H: refused (docs/layouts.md §7)
 @example(rows=2944, scales=True)
 def test_fc2_permutation(rows: int, scales: bool) -> None:
     assert_agree(
@@ -216,7 +216,7 @@ def test_deinterleave_gated_rows(rows: int, cols: int, seed: int) -> None:
     kc=st.one_of(st.integers(1, 17), st.integers(1, 4).map(lambda k: 4 * k)),
     seed=SEED,
 )
-@example(experts=2, rows=128, kc=8, seed=0)  # layouts.md §9: gives [2, 2, 2, 16, 16]
+@example(experts=2, rows=128, kc=8, seed=0)  # docs/layouts.md §9: gives [2, 2, 2, 16, 16]
 @example(experts=1, rows=96, kc=4, seed=0)  # refused: rows % 64
 def test_sm90_scale_interleave(experts: int, rows: int, kc: int, seed: int) -> None:
     s = random_bytes(seed, experts, rows, kc)
@@ -275,7 +275,7 @@ def dequantize(packed: torch.Tensor, scales: torch.Tensor, block: int) -> torch.
 
 
 @given(case=PAD_CASES)
-@example(case=PadCase(2, True, MXFP4_BLOCK, 45, 90, 512, 128, 0))  # layouts.md §8: H 2880, I 1440 MXFP4
+@example(case=PadCase(2, True, MXFP4_BLOCK, 45, 90, 512, 128, 0))  # docs/layouts.md §8: H 2880, I 1440 MXFP4
 @example(case=PadCase(1, True, NVFP4_BLOCK, 11, 180, 256, 128, 0))  # H 2880, I 176 NVFP4 -> I 256
 def test_pad_trtllm_moe_weights(case: PadCase) -> None:
     core = flashinfer_module("flashinfer.fused_moe.core")

@@ -26,7 +26,7 @@ from harness import database, report, shard
 
 ROOT = Path(__file__).resolve().parent.parent
 PROBE = "tests.fleet_probe:SUBJECT"
-PROPERTY = ["conformance/test_nvfp4_moe.py", "-k", "padding_invariance and trtllm"]
+PROPERTY = ["conformance/test_nvfp4_moe.py", "-k", "padding_invariance", "--backend", "flashinfer-trtllm"]
 
 
 def run_host(workdir: Path, *args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:

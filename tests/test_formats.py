@@ -2,14 +2,14 @@
 
 Cross-checks and their source of truth:
 
-* E2M1 codebook, all 16 codes: the field formula of formats.md §1 (sign bit 3, code 8 = -0.0)
+* E2M1 codebook, all 16 codes: the field formula of docs/formats.md §1 (sign bit 3, code 8 = -0.0)
   and ``ml_dtypes.float4_e2m1fn`` (an independent implementation).
-* E2M1 encode (round to nearest even, saturate at ±6): the tie table of formats.md §8, and
+* E2M1 encode (round to nearest even, saturate at ±6): the tie table of docs/formats.md §8, and
   ``ml_dtypes.float4_e2m1fn``'s cast (itself verified to be RNE against that table) over
   Hypothesis-drawn fp32 values including exact ties, their neighbours, subnormals, ±inf, -0.0.
   torch 2.13 has no value conversion for ``float4_e2m1fn_x2`` on CPU (``copy_`` is not
   implemented), so torch is used for the packed container only.
-* Nibble packing (low nibble = even element): all 256 code pairs against formats.md §2 and the
+* Nibble packing (low nibble = even element): all 256 code pairs against docs/formats.md §2 and the
   c10 ``Float4_e2m1fn_x2`` header (``val1 : val0`` in bits ``7654 : 3210``); the packed uint8
   tensor views as ``torch.float4_e2m1fn_x2`` with the same ``[..., K/2]`` shape and bytes.
 * E4M3 decode, all 256 bytes: ``view(torch.float8_e4m3fn)`` and ``ml_dtypes.float8_e4m3fn``;
@@ -19,7 +19,7 @@ Cross-checks and their source of truth:
 * UE8M0 decode, all 256 bytes, for every (byte 0, byte 0xFF) convention: OCP via
   ``view(torch.float8_e8m0fnu)`` and ``ml_dtypes.float8_e8m0fnu``; FlashInfer's host decode via
   the fp32 bit pattern ``b << 23`` (0 -> 0.0, 0xFF -> +Inf); ``torch.exp2(b - 127)``.
-* MX scale rounding: AITER's checked-example table of formats.md §7, and each mode's definition
+* MX scale rounding: AITER's checked-example table of docs/formats.md §7, and each mode's definition
   re-derived from fp32 bit arithmetic (AITER modes 0-2) or exact powers of two (CEIL) over
   drawn amax; the documented disagreement sets RCEIL/EVEN, RCEIL/FLOOR, CEIL/RCEIL.
 * Quantize-dequantize (MXFP4, every rounding mode; NVFP4, both global-scale conventions): the
@@ -105,7 +105,7 @@ def fp32(x: float) -> float:
 
 
 def test_e2m1_codebook_matches_field_formula() -> None:
-    """Sign bit 3, exponent bits 2..1 (bias 1), mantissa bit 0; subnormal 0.5·f (formats.md §1)."""
+    """Sign bit 3, exponent bits 2..1 (bias 1), mantissa bit 0; subnormal 0.5·f (docs/formats.md §1)."""
     want = []
     for c in range(16):
         e, f = (c >> 1) & 3, c & 1
@@ -122,7 +122,7 @@ def test_e2m1_codebook_matches_ml_dtypes(mld) -> None:
 
 
 def test_pack_fp4_low_nibble_first_for_every_code_pair() -> None:
-    """``byte = code[2j] | code[2j+1] << 4`` for all 256 pairs; unpack is the inverse (formats.md §2)."""
+    """``byte = code[2j] | code[2j+1] << 4`` for all 256 pairs; unpack is the inverse (docs/formats.md §2)."""
     even, odd = ALL_BYTES & 0xF, ALL_BYTES >> 4
     codes = torch.stack((even, odd), dim=-1)  # [256, 2]: row b holds the pair that packs into byte b
     assert torch.equal(pack_fp4(codes), ALL_BYTES[:, None])
@@ -163,7 +163,7 @@ def test_packing_rejects_bad_input() -> None:
 # --- E2M1 encode --------------------------------------------------------------------------------
 
 E2M1_TIES = {0.25: 0.0, 0.75: 1.0, 1.25: 1.0, 1.75: 2.0, 2.5: 2.0, 3.5: 4.0, 5.0: 4.0, 5.9: 6.0, 7.0: 6.0}
-"""formats.md §8: ties to even, then saturation."""
+"""docs/formats.md §8: ties to even, then saturation."""
 
 
 def grid_and_neighbours(values: list[float]) -> list[float]:
@@ -192,7 +192,7 @@ def fp32_values(probes: list[float]) -> st.SearchStrategy[list[float]]:
 def test_e2m1_encode_tie_table(x: float, want: float) -> None:
     for sign in (1.0, -1.0):
         got = e2m1_decode(e2m1_encode(torch.tensor([sign * x])))
-        assert got.item() == sign * want, f"e2m1({sign * x}) = {got.item()}, formats.md §8 says {sign * want}"
+        assert got.item() == sign * want, f"e2m1({sign * x}) = {got.item()}, docs/formats.md §8 says {sign * want}"
 
 
 def test_e2m1_encode_signs_small_negatives_as_minus_zero() -> None:
@@ -200,7 +200,7 @@ def test_e2m1_encode_signs_small_negatives_as_minus_zero() -> None:
 
 
 def test_ml_dtypes_e2m1_cast_rounds_to_nearest_even(mld) -> None:
-    """ml_dtypes is only an oracle if it is RNE with saturation: check it against formats.md §8."""
+    """ml_dtypes is only an oracle if it is RNE with saturation: check it against docs/formats.md §8."""
     import numpy as np
 
     xs = np.array(list(E2M1_TIES), dtype=np.float32)
@@ -239,7 +239,7 @@ def test_e4m3_decode_all_bytes_matches_ml_dtypes(mld) -> None:
 
 
 def test_e4m3_documented_bytes() -> None:
-    """formats.md §4: max 448 at 0x7E, 2^-9 at 0x01, 1.0 at 0x38, NaN only at 0x7F/0xFF, 0x80 = -0.0."""
+    """docs/formats.md §4: max 448 at 0x7E, 2^-9 at 0x01, 1.0 at 0x38, NaN only at 0x7F/0xFF, 0x80 = -0.0."""
     v = e4m3_decode(ALL_BYTES, E4m3Sign.SIGNED)
     assert v[0x7E].item() == E4M3_MAX == v[:0x7F].max().item()
     assert v[0x01].item() == 2.0**-9 and v[0x38].item() == 1.0
@@ -257,7 +257,7 @@ def test_e4m3_sign_conventions() -> None:
 
 
 TORCH_E4M3_CAST_SATURATES = torch.tensor([1e6]).to(torch.float8_e4m3fn).view(torch.uint8).item() == E4M3_MAX_BYTE
-"""torch 2.13 saturates out-of-range casts to ±448 (``formats.md`` §4); torch 2.11 (the H200 image)
+"""torch 2.13 saturates out-of-range casts to ±448 (``docs/formats.md`` §4); torch 2.11 (the H200 image)
 gives NaN. The reference saturates, as the kernels' SATFINITE cast does, so the torch oracle is
 compared everywhere only where torch saturates, else within ``|x| <= 464`` (the last value that
 rounds to 448), and the saturation itself is checked against the spec."""
@@ -329,7 +329,7 @@ def test_ue8m0_flashinfer_host_convention_is_b_shl_23() -> None:
 
 
 def test_ue8m0_exp2_convention() -> None:
-    """``torch.exp2(b - 127)`` in fp32 is the mixed convention: 2^-127 and +Inf (formats.md §5)."""
+    """``torch.exp2(b - 127)`` in fp32 is the mixed convention: 2^-127 and +Inf (docs/formats.md §5)."""
     got = ue8m0_decode(ALL_BYTES, Ue8m0Byte0.POW2, Ue8m0Byte255.INF)
     assert_same_bits(got, torch.exp2(ALL_BYTES.float() - 127), ALL_BYTES, "POW2/INF vs exp2")
 
@@ -425,7 +425,7 @@ def mantissa(amax: float) -> float:
 
 @given(amax=st.lists(AMAX, min_size=1, max_size=32))
 def test_mx_modes_disagree_exactly_where_documented(amax: list[float]) -> None:
-    """formats.md §7: RCEIL≠EVEN iff 1.5 < m < 1.75; RCEIL≠FLOOR iff m > 1.5; CEIL≠RCEIL iff 1 < m ≤ 1.5."""
+    """docs/formats.md §7: RCEIL≠EVEN iff 1.5 < m < 1.75; RCEIL≠FLOOR iff m > 1.5; CEIL≠RCEIL iff 1 < m ≤ 1.5."""
     t = torch.tensor(amax)
     e = {mode: mx_scale_exponent(t, mode).tolist() for mode in MxScaleRounding}
     r = MxScaleRounding

@@ -3,7 +3,7 @@
 Every transform is applied to distinct labels ``1..n`` (0 marks padding), so "bijection on the
 unpadded region" reads: every label appears exactly once and everything else is the fill.
 
-Cross-checks and their source of truth (``../shared/docs/layouts.md``):
+Cross-checks and their source of truth (``docs/layouts.md``):
 
 * ``swizzle_128x4`` (2-D and 3-D, any M, Kc): the flat-offset formula of §2
   (``get_sf_out_offset_128x4`` / ``computeSFIndex``) and FlashInfer's test reshape form
@@ -18,7 +18,7 @@ Cross-checks and their source of truth (``../shared/docs/layouts.md``):
   pad = ``fill``; vLLM's unpadded 7-D view equals ``e8m0_shuffle(s)[:rows]`` exactly when its
   guard holds, and the guard is exactly where torch's ``view`` accepts the shape (§10.2).
 * AITER ``shuffle_weight`` (§11): the flat-offset formula per expert; inverse.
-* Per-half FC1 padding (``vllm-logic.md`` §2): halves stay at ``[h·Ip, h·Ip + I)``, pad = fill.
+* Per-half FC1 padding (``docs/vllm-logic.md`` §2): halves stay at ``[h·Ip, h·Ip + I)``, pad = fill.
 * Every violated constraint raises :class:`ShapeContractError` with a message.
 """
 
@@ -86,7 +86,7 @@ def assert_permutation(perm: torch.Tensor, n: int) -> None:
 
 
 def offset_128x4(m: torch.Tensor, k: torch.Tensor, kp: int) -> torch.Tensor:
-    """layouts.md §2 flat offset of ``S[m, k]`` in one expert's swizzled buffer."""
+    """docs/layouts.md §2 flat offset of ``S[m, k]`` in one expert's swizzled buffer."""
     return (m // 128) * (kp // 4) * 512 + (k // 4) * 512 + (m % 32) * 16 + ((m % 128) // 32) * 4 + (k % 4)
 
 
@@ -123,7 +123,7 @@ TILES = st.sampled_from([128, 256, 64, 32])
 
 
 def closed_form_shuffle(rows: int, block: int) -> torch.Tensor:
-    """layouts.md §4: ``out[B·b + 8a + t] = x[B·b + (B/8)·t + a]``, ``a < B/8``, ``t < 8``."""
+    """docs/layouts.md §4: ``out[B·b + 8a + t] = x[B·b + (B/8)·t + a]``, ``a < B/8``, ``t < 8``."""
     b, a, t = torch.meshgrid(torch.arange(rows // block), torch.arange(block // 8), torch.arange(8), indexing="ij")
     perm = torch.empty(rows, dtype=torch.int64)
     perm[(block * b + 8 * a + t).reshape(-1)] = (block * b + (block // 8) * t + a).reshape(-1)
@@ -197,7 +197,7 @@ def test_fc1_and_fc2_permutations(blocks: int, gated: bool, scales: bool) -> Non
 
 
 def test_fc1_documented_example() -> None:
-    """layouts.md §7: (128, 8) uint8, gated, scale variant starts [0,2,...,14,64,66,68,70]."""
+    """docs/layouts.md §7: (128, 8) uint8, gated, scale variant starts [0,2,...,14,64,66,68,70]."""
     assert fc1_permutation(128, gated=True, scales=True)[:12].tolist() == [0, 2, 4, 6, 8, 10, 12, 14, 64, 66, 68, 70]
 
 
@@ -232,7 +232,7 @@ def test_swap_and_interleave_rows(shape: list[int], half: int, data: st.DataObje
 
 @given(experts=st.integers(1, 3), row_blocks=st.integers(1, 3), k128=st.integers(1, 3))
 def test_sm90_mixed_gemm_scale_interleave(experts: int, row_blocks: int, k128: int) -> None:
-    """layouts.md §9: row ``64·rb + 16·s + f`` and group ``4·kb + g`` go to ``[rb, kb, f, 4·s + g]``."""
+    """docs/layouts.md §9: row ``64·rb + 16·s + f`` and group ``4·kb + g`` go to ``[rb, kb, f, 4·s + g]``."""
     rows, kc = 64 * row_blocks, 4 * k128
     s = labels(experts, rows, kc)
     out = sm90_mixed_gemm_scale_interleave(s)
@@ -247,7 +247,7 @@ def test_sm90_mixed_gemm_scale_interleave(experts: int, row_blocks: int, k128: i
 
 @given(experts=st.integers(1, 3), n=st.integers(1, 40), k4=st.integers(1, 4))
 def test_vllm_sm90_scale_interleave(experts: int, n: int, k4: int) -> None:
-    """layouts.md §9: ``out[e, kb, 4n + j] = s[e, n, 4kb + j]``; the inverse undoes it."""
+    """docs/layouts.md §9: ``out[e, kb, 4n + j] = s[e, n, 4kb + j]``; the inverse undoes it."""
     s = labels(experts, n, 4 * k4)
     out = vllm_sm90_scale_interleave(s)
     assert out.shape == (experts, k4, 4 * n)
@@ -270,7 +270,7 @@ def test_sm90_orders_differ_as_documented() -> None:
 
 
 def offset_e8m0(r: torch.Tensor, c: torch.Tensor, sn: int) -> torch.Tensor:
-    """layouts.md §10.1 flat offset of ``(r, c)`` with padded column count ``sn``."""
+    """docs/layouts.md §10.1 flat offset of ``(r, c)`` with padded column count ``sn``."""
     return (r // 32) * 32 * sn + (c // 8) * 256 + (c % 4) * 64 + (r % 16) * 4 + ((c % 8) // 4) * 2 + (r % 32) // 16
 
 
@@ -323,7 +323,7 @@ def test_vllm_asm_scale_swizzle(rows: int, cols: int) -> None:
 
 
 def offset_shuffle_weight(n: torch.Tensor, kb: torch.Tensor, bytes_per_row: int) -> torch.Tensor:
-    """layouts.md §11 flat offset of byte ``(n, kb)``."""
+    """docs/layouts.md §11 flat offset of byte ``(n, kb)``."""
     return (n // 16) * 16 * bytes_per_row + (kb // 32) * 512 + ((kb % 32) // 16) * 256 + (n % 16) * 16 + kb % 16
 
 

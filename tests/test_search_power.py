@@ -6,7 +6,7 @@ import pytest
 from hypothesis import find, given, settings
 
 from bench.detection import common_prefix, detect, generated, properties, property_seed
-from bench.run import chosen_subjects
+from bench.run import README_END, README_START, chosen_subjects, readme_section, update_readme
 from strategies.boundaries import RULE_MODULI, boundary_sizes, moduli_for, straddle
 from strategies.linear import guard_boundary_scales
 from strategies.shared_expert import shared_expert_cases
@@ -73,5 +73,26 @@ def test_external_subject_is_measured_with_three_figures() -> None:
     (subject,) = chosen_subjects(["bench.mutants:GUARD_COLS_MOD4"])
     row = detect(subject, [0, 1], budget=30, rate_seeds=1).row()
     assert row["subject"] == "mutant-guard-cols-mod4"
-    for figure in ("with_pins", "ci_without_pins", "generation", "search_power"):
-        assert row[figure]["caught"].endswith("/2")
+    for figure, seeds in (("with_pins", 2), ("ci_without_pins", 2), ("generation", 1), ("search_power", 1)):
+        assert row[figure]["caught"].endswith(f"/{seeds}")
+
+
+def test_readme_section_is_regenerated_between_its_markers(tmp_path) -> None:
+    figure = {
+        "caught": "20/20", "budget": 25, "median_examples": 2, "worst_examples": 5,
+        "failure_rate": 0.5, "failing_examples": "5/10", "best_property": "p",
+    }  # fmt: skip
+    row = {"subject": "bad-x", "shortfall": ""} | {
+        k: figure for k in ("with_pins", "ci_without_pins", "generation", "search_power")
+    }
+    report = {
+        "seeds": list(range(20)), "budget": 200, "rate_seeds": 5, "date": "2026-12-01 08:00 UTC",
+        "machine": "cpu", "versions": "torch 2.13", "wall_seconds": 1, "grids": [], "suite": [row],
+    }  # fmt: skip
+    readme = tmp_path / "README.md"
+    readme.write_text(f"intro\n{README_START}\nold table\n{README_END}\nrest\n")
+    update_readme(readme, readme_section(report))
+    text = readme.read_text()
+    assert "old table" not in text and text.endswith(f"{README_END}\nrest\n")
+    assert "| `bad-x` | 20/20, 2 / 5 |" in text
+    assert "python -m bench --seeds 20 --budget 200 --rate-seeds 5" in text

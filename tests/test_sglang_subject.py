@@ -23,7 +23,7 @@ from backends.nvfp4_moe import Nvfp4MoeBackend
 from conformance import test_mxfp4_linear, test_mxfp4_moe, test_nvfp4_moe
 from contracts.moe import MoeWeights
 from reference.formats import MxScaleRounding
-from reference.layouts import aiter_shuffle_weight, vllm_asm_scale_swizzle
+from reference.layouts import Fc1Layout, aiter_shuffle_weight, vllm_asm_scale_swizzle
 from reference.padding import pad_dim
 from reference.sizes import padded_split, round_up
 from strategies.catalog import MODELS
@@ -249,3 +249,29 @@ def test_loader_split_is_the_modelled_split(model: str, tp: int, backend: Nvfp4M
             assert torch.equal(dst, want), f"rank {rank} {name}"
         covered += real
     assert covered == size
+
+
+def test_mxfp4_loader_places_in_the_corner_and_pads_scales_with_one() -> None:
+    """SGLang's gpt-oss loader copies a rank's interleaved experts into the leading corner of the padded
+    buffer (pairs stay adjacent) and leaves padded weights 0 but padded scales E8M0 127 (1.0), the neutral
+    value FlashInfer 0.7.4 asks for; the suite's layout properties require zero padding bytes, which is why
+    the ``mxfp4_moe`` policy keeps the suite's placement (README findings)."""
+    i, h = 96, 224
+    g = torch.Generator().manual_seed(1)
+
+    def draw(*shape: int) -> torch.Tensor:
+        return torch.randint(1, 127, shape, generator=g, dtype=torch.int64).to(torch.uint8)
+
+    weights = MoeWeights(
+        w13=draw(1, 2 * i, h // 2), w13_scale=draw(1, 2 * i, h // 32), w2=draw(1, h, i // 2),
+        w2_scale=draw(1, h, i // 32), block=32, fc1_layout=Fc1Layout.GATE_UP_INTERLEAVED,
+    )  # fmt: skip
+    loaded = ss.load_mxfp4_checkpoint(Mxfp4MoeBackend.FLASHINFER_TRTLLM, weights)
+    assert tuple(loaded.w13.shape) == (1, 2 * 128, 256 // 2)  # I -> 128, H -> 256 (FusedMoE.__init__)
+    for name in ("w13", "w13_scale", "w2", "w2_scale"):
+        src, dst = getattr(weights, name), getattr(loaded, name)
+        corner = tuple(slice(0, n) for n in src.shape)
+        assert torch.equal(dst[corner], src), name
+        pad = torch.ones_like(dst, dtype=torch.bool)
+        pad[corner] = False
+        assert set(dst[pad].unique().tolist()) == ({127} if name.endswith("scale") else {0}), name

@@ -3,10 +3,10 @@
 Cross-checks and their source of truth:
 
 * ``round_up``: its definition (smallest multiple ``>= x``).
-* ``even_split``: ``vllm-logic.md`` §15 and ``models.md`` §3 (Gemma-4-26B-A4B I = 704 splits
+* ``even_split``: ``docs/vllm-logic.md`` §15 and ``docs/models.md`` §3 (Gemma-4-26B-A4B I = 704 splits
   into 352 and 176 at TP 2/4, and is refused at TP 8: 704/8 = 88 cuts a 16-element NVFP4
   group); in general it succeeds exactly when ``tp | size`` and ``group | size/tp``.
-* ``whole_block_split``: ``models.md`` §4 (gpt-oss 2880 with 32-element blocks at TP 1/2/4/8:
+* ``whole_block_split``: ``docs/models.md`` §4 (gpt-oss 2880 with 32-element blocks at TP 1/2/4/8:
   2880; 1440/1440; 736 x3 / 672; 384 x7 / 192) and the gpt-oss loader rule
   ``cdiv(size/group, tp)·group`` per rank, the last ranks holding what remains.
 """
@@ -46,7 +46,7 @@ def test_even_split_refuses_gemma4_tp8_group_straddle() -> None:
 
 
 def test_even_split_mxfp4_straddle_glm_air_tp8() -> None:
-    """models.md §3: GLM-4.5-Air I = 1408 at TP8 gives 176, which cuts a 32-element MXFP4 group."""
+    """docs/models.md §3: GLM-4.5-Air I = 1408 at TP8 gives 176, which cuts a 32-element MXFP4 group."""
     assert even_split(1408, 8, 16) == 176
     with pytest.raises(ShapeContractError, match="quantization group"):
         even_split(1408, 8, 32)

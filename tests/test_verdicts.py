@@ -282,7 +282,7 @@ def test_junit_and_scripts_of_an_external_subject(tmp_path: Path, probes: Path) 
     (other / "kept.py").write_text("")
     junit = tmp_path / "junit.xml"
     result = run_pytest(
-        NVFP4, "-k", "padding_invariance and trtllm", "--subject", "fp4_probes:end_padding",
+        NVFP4, "-k", "padding_invariance", "--backend", "flashinfer-trtllm", "--subject", "fp4_probes:end_padding",
         "--model", "gemma-4-26b-a4b", "--tp", "2", f"--junitxml={junit}", tmp_path=tmp_path, path=probes,
     )  # fmt: skip
     assert result.returncode == 1, result.stdout[-3000:]

@@ -181,7 +181,7 @@ def _mxfp4_weights(intermediate: int, hidden: int) -> MoeWeights:
 @pytest.mark.parametrize(
     ("backend", "want"),
     [
-        # gpt-oss (I 720, H 2880): notes-vllm.md §c
+        # gpt-oss (I 720, H 2880): docs/vllm-logic.md §8
         (Mxfp4MoeBackend.FLASHINFER_TRTLLM, (768, 3072)),
         (Mxfp4MoeBackend.FLASHINFER_CUTLASS_SM90, (768, 2944)),
         (Mxfp4MoeBackend.AITER, (768, 3072)),
@@ -221,6 +221,20 @@ def test_nvfp4_cutlass_reports_the_kernel_visible_size(monkeypatch: pytest.Monke
     )
     assert aligned.intermediate_size == 256 and aligned.weights.w2.shape[2] == 128
     assert layers[0].moe_config.intermediate_size_per_partition == 176
+
+
+@pytest.mark.parametrize(
+    ("backend", "gated", "hidden"),
+    [
+        (Nvfp4MoeBackend.FLASHINFER_TRTLLM, False, 2816),
+        (Nvfp4MoeBackend.FLASHINFER_TRTLLM_PER_TOKEN, False, 3072),
+        (Nvfp4MoeBackend.FLASHINFER_TRTLLM_PER_TOKEN, True, 2816),
+    ],
+)
+def test_nvfp4_trtllm_hidden_alignment_from_vllm(backend: Nvfp4MoeBackend, gated: bool, hidden: int) -> None:
+    """Nemotron's H = 2688: vLLM's ``trtllm_nvfp4_hidden_alignment`` pads per-token non-gated layers to 512."""
+    aligned = sv.VllmNvfp4MoeAlignment().align_moe(backend, _nvfp4_weights(128, 2688, gated), gated)
+    assert aligned.hidden_size == hidden and aligned.weights.w2.shape[1] == hidden
 
 
 def test_nvfp4_cutlass_gated_refusal() -> None:
