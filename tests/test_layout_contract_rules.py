@@ -8,6 +8,8 @@ after).
 
 from __future__ import annotations
 
+import dataclasses
+
 import pytest
 import torch
 
@@ -57,7 +59,10 @@ def test_layout_contract_names_dtypes(dtype: torch.dtype) -> None:
 def test_mxfp4_pairing_names_dtypes() -> None:
     class Float32(BuiltinMxfp4MoeAlignment):
         def align_moe(self, backend, weights, gated):
-            return WidenedDtypes.align_moe(WidenedDtypes(torch.float32), backend, weights, gated)
+            aligned = super().align_moe(backend, weights, gated)
+            w = aligned.weights
+            widened = {n: getattr(w, n).float() for n in ("w13", "w13_scale", "w2", "w2_scale")}
+            return dataclasses.replace(aligned, weights=dataclasses.replace(w, **widened))
 
     with pytest.raises(AssertionError, match=r"dtype torch\.float32, contract says torch\.uint8"):
         mxfp4.check_gate_up_pairing(MXFP4_CONFIG, Mxfp4MoeBackend.FLASHINFER_TRTLLM, Float32())
