@@ -432,6 +432,15 @@ def pytest_terminal_summary(terminalreporter, exitstatus: int, config: pytest.Co
         return
     session = config.stash[SESSION]
     rows = summary_rows(session)
+    results = session.results
+    results.mkdir(parents=True, exist_ok=True)
+    record = run_record(
+        subject=config.getoption("subject"),
+        profile=session.profile,
+        shard=config.getoption("shard"),
+        workers=getattr(config.option, "numprocesses", None),
+    )
+    (results / "run.json").write_text(json.dumps(record, indent=2))  # also for a shard that ran nothing
     if not rows:
         return
     tr = terminalreporter
@@ -445,7 +454,6 @@ def pytest_terminal_summary(terminalreporter, exitstatus: int, config: pytest.Co
         )
         for reason, n in r["skip_reasons"].items():
             tr.write_line(f"{'':<16} skipped x{n}: {reason}")
-    results = session.results
     for path in sorted(results.glob("device-gw*.json")):
         d = json.loads(path.read_text())
         if "name" in d:
@@ -457,12 +465,4 @@ def pytest_terminal_summary(terminalreporter, exitstatus: int, config: pytest.Co
         expected.update(json.loads(path.read_text()))
     for link, n in sorted(expected.items()):
         tr.write_line(f"expected failures (known upstream bug {link}): {n} examples")
-    results.mkdir(parents=True, exist_ok=True)
     (results / "summary.json").write_text(json.dumps(rows, indent=2))
-    record = run_record(
-        subject=config.getoption("subject"),
-        profile=session.profile,
-        shard=config.getoption("shard"),
-        workers=getattr(config.option, "numprocesses", None),
-    )
-    (results / "run.json").write_text(json.dumps(record, indent=2))
