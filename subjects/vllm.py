@@ -593,7 +593,8 @@ VLLM_KNOWN_FAILURES: tuple[KnownFailure, ...] = (
         "https://github.com/vllm-project/vllm/pull/58139",
         applies=_asm_force_triton_rows,
         raises=AssertionError,
-        match=r"guard sends scale \(96, \d+\) to the ASM GEMM, which is numerically wrong for 96-row scales",
+        match=r"guard sends scale \(96, \d+\) to the ASM GEMM, which a documented defect covers: ASM gemm_a4w4 is "
+        r"numerically wrong for 96-row",
         check="check_asm_guard_truth_table",
     ),
     *(

@@ -211,7 +211,7 @@ allocates ``I/tp`` and splits evenly (multiple 1)."""
 @given(
     model=st.sampled_from(sorted(n for n, m in MODELS.items() if m.moe_intermediate > 0)),
     tp=st.sampled_from((2, 4, 8)),
-    backend=st.sampled_from(list(Nvfp4MoeBackend)),
+    backend=st.sampled_from(list(ss.NVFP4_BACKENDS)),  # the backends SGLang runs NVFP4 MoE on
 )
 def test_loader_split_is_the_modelled_split(model: str, tp: int, backend: Nvfp4MoeBackend) -> None:
     """SGLang's loader, given the whole checkpoint at every rank of ``tp``, fills rank ``r``'s buffers with the
