@@ -12,7 +12,11 @@ The CuteDSL kernels are CuTe DSL (``nvidia-cutlass-dsl``) programs for SM100/SM1
   groups (``swap_ab=False``, the layout vLLM 0.33.0 prepares; :func:`reference.layouts.grouped_gate_up_interleave`);
 * vLLM 0.33.0 ``prepare_nvfp4_moe_layer_for_flashinfer_cutedsl`` (``quantization/utils/flashinfer_fp4_moe.py``)
   states the hidden rule: "GEMM1 gathers full 256-element K tiles of activations and their scales
-  without a K-tail predicate", so it pads the hidden size to 256.
+  without a K-tail predicate", so it pads the hidden size to 256. vLLM 0.33.0 pins FlashInfer
+  0.7.2.post1; FlashInfer 0.7.4's gather kernel predicates its A and SFA loads on K
+  (``sfa_tail_predicate``) and FlashInfer's ``tests/moe/test_cute_dsl_fused_moe.py::test_gather_gemm_k_tail``
+  runs K = 128 and 384, so with 0.7.4 the rule may be ``K % 128``. The suite keeps 256 (the pinned
+  library's rule) until the kernel runs on an SM100 GPU at ``H % 256 == 128`` (Nemotron's 2688).
 
 Scales are 128x4-swizzled (vLLM's ``swizzle_blockscale``, :func:`reference.layouts.swizzle_128x4`) and then
 only re-viewed in the MMA layout (``nvfp4_swizzled_scale_to_cutedsl_mma_view`` asserts the view aliases
