@@ -150,6 +150,11 @@ def check_ranks_sum_to_layer(config: ShardingConfig, backend: None, policy: MoeS
     want, mag = partial_output(case.weights, case, config)
     got = torch.zeros_like(want)
     for r, s in enumerate(shards):
+        buffer, g = s.weights.intermediate_size, config.block
+        assert buffer % g == 0, (
+            f"rank {r}'s buffer of {buffer} channels is not a whole number of {g}-element groups: its FC2 scales "
+            f"cover {buffer // g * g} of them, so its channels and scales cannot line up (docs/vllm-logic.md §15)"
+        )
         part, _ = partial_output(s.weights, case, config)
         assert s.real > 0 or not part.any(), f"empty rank {r} contributes {part.abs().max().item():.4g}"
         got += part
