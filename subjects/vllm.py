@@ -49,9 +49,9 @@ from backends.mxfp4_moe import CONTRACT as MXFP4_MOE
 from backends.mxfp4_moe import Mxfp4MoeBackend
 from backends.nvfp4_moe import CONTRACT as NVFP4_MOE
 from backends.nvfp4_moe import Nvfp4MoeBackend
-from contracts.moe_sharding import CONTRACT as MOE_SHARDING
 from contracts.errors import UnsupportedConfig
 from contracts.moe import AlignedMoe, MoeWeights
+from contracts.moe_sharding import CONTRACT as MOE_SHARDING
 from contracts.mxfp4_linear import CONTRACT as MXFP4_LINEAR
 from contracts.mxfp4_linear import PreparedMxfp4Linear
 from contracts.shared_expert import CONTRACT as SHARED_EXPERT

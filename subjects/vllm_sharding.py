@@ -169,7 +169,7 @@ def load_projections(v: types.SimpleNamespace, ckpt: MoeWeights, gated: bool, tp
     fc2 = {"weight": ckpt.w2, "weight_scale": ckpt.w2_scale, "bias": ckpt.w2_bias if has_bias else None}
     for x in range(e):
         for suffix, halves in fc1.items():
-            for shard, half in zip(("w1", "w3"), halves):
+            for shard, half in zip(("w1", "w3")[: len(halves)], halves, strict=True):
                 t = half[x].view(scale_dtype) if suffix == "weight_scale" else half[x]
                 layer.weight_loader(getattr(layer, f"w13_{suffix}"), t, f"{PREFIX}.w13_{suffix}", shard, x)
         for suffix, t in fc2.items():
