@@ -202,6 +202,50 @@ class EndPaddedShortRank(BuiltinMoeSharding):
         return tuple(out)
 
 
+NAN_BYTE = 0xFF
+"""A byte that is never a coordinate (:func:`coordinate_checkpoint`): engine adapters fill memory an engine
+allocates uninitialised (``torch.empty``) with it, E4M3 / UE8M0 NaN and a non-zero E2M1 pair."""
+
+
+def coordinate_checkpoint(ckpt: MoeWeights, gated: bool) -> MoeWeights:
+    """``ckpt`` with every FC1 gate row of channel ``c`` holding ``1 + c % 254``, ``1 + c // 254`` in its
+    first two bytes (its other bytes, the up rows and FC2 zero); decoded by :func:`held_channels`."""
+    e, size, cols = ckpt.w13.shape[0], ckpt.intermediate_size, ckpt.w13.shape[-1]
+    c = torch.arange(size)
+    gate = torch.zeros(e, size, cols, dtype=torch.uint8)
+    gate[..., 0], gate[..., 1] = (1 + c % 254).to(torch.uint8), (1 + c // 254).to(torch.uint8)
+    w13 = join_fc1(gate, torch.zeros_like(gate), ckpt.fc1_layout) if gated else gate
+    return replace(ckpt, w13=w13, w2=torch.zeros_like(ckpt.w2))
+
+
+def held_channels(loaded: MoeWeights, gated: bool) -> list[int]:
+    """The global channels whose gate rows a rank's loaded :func:`coordinate_checkpoint` holds, in row order."""
+    gate = split_fc1(loaded.w13, loaded.fc1_layout)[0] if gated else loaded.w13
+    rows = gate[0].long()
+    real = (rows[:, 0] != 0) & (rows[:, 0] != NAN_BYTE)
+    return [int(a - 1 + 254 * (b - 1)) for a, b in rows[real, :2].tolist()]
+
+
+class LoaderSharding:
+    """A policy driven by an engine's weight loader: :meth:`load_rank` returns one rank's experts (FC1 rows
+    in the checkpoint's layout) after the engine's loader has read the whole checkpoint. Which channels a
+    rank holds is read back, not computed: the channels a :func:`coordinate_checkpoint` put in its gate
+    rows give ``offset`` (the first) and ``real`` (how many); an empty rank starts where the previous ends."""
+
+    def load_rank(self, ckpt: MoeWeights, gated: bool, tp: int, rank: int) -> MoeWeights:
+        raise NotImplementedError
+
+    def shard_moe(self, weights: MoeWeights, gated: bool, tp: int) -> tuple[RankShard, ...]:
+        probe = coordinate_checkpoint(weights, gated)
+        shards, end = [], 0
+        for rank in range(tp):
+            channels = held_channels(self.load_rank(probe, gated, tp, rank), gated)
+            offset = channels[0] if channels else end
+            shards.append(RankShard(self.load_rank(weights, gated, tp, rank), offset, len(channels)))
+            end = offset + len(channels)
+        return tuple(shards)
+
+
 register_contract(CONTRACT, MoeSharding, BuiltinMoeSharding())
 register_subject(
     Subject(

@@ -23,16 +23,14 @@ vLLM's distributed-group queries patched to the rank's TP group (no DP, PCP or P
 allocates with ``torch.empty`` are filled with NaN codes (0xFF) first, so memory vLLM never writes
 shows up as a non-finite scale or non-zero weight instead of whatever the allocator returned.
 
-Which channels a rank holds (``RankShard.offset`` / ``real``) is read back, not computed: the adapter
-loads a coordinate checkpoint through the same loader (gate row of channel ``c`` holds the bytes
-``1 + c % 254``, ``1 + c // 254``) and decodes the rank's gate rows. vLLM's even-split assertion
-(``I % tp``) is reported as :class:`~contracts.moe_sharding.ShardRefused`.
+Which channels a rank holds (``RankShard.offset`` / ``real``) is read back, not computed
+(:class:`subjects.moe_sharding.LoaderSharding`: a coordinate checkpoint through the same loader).
+vLLM's even-split assertion (``I % tp``) is reported as :class:`~contracts.moe_sharding.ShardRefused`.
 """
 
 from __future__ import annotations
 
 import contextlib
-import dataclasses
 import functools
 import importlib
 import types
@@ -42,12 +40,10 @@ from unittest import mock
 import torch
 
 from contracts.moe import MoeWeights
-from contracts.moe_sharding import RankShard, ShardRefused
+from contracts.moe_sharding import ShardRefused
 from reference.formats import NVFP4_BLOCK
-from reference.layouts import Fc1Layout, join_fc1, relayout_fc1, split_fc1
-
-NAN_BYTE = 0xFF
-"""Fill of parameters vLLM allocates with ``torch.empty`` (E4M3 and UE8M0 NaN; a non-zero E2M1 pair)."""
+from reference.layouts import Fc1Layout, relayout_fc1, split_fc1
+from subjects.moe_sharding import NAN_BYTE, LoaderSharding
 
 PREFIX = "layers.0.mlp.experts"
 
@@ -251,25 +247,6 @@ def load_gpt_oss(v: types.SimpleNamespace, ckpt: MoeWeights, tp: int, rank: int)
 # --- the policy ----------------------------------------------------------------------------------------
 
 
-def coordinate_checkpoint(ckpt: MoeWeights, gated: bool) -> MoeWeights:
-    """``ckpt`` with every FC1 gate row of channel ``c`` holding ``1 + c % 254``, ``1 + c // 254`` in its
-    first two bytes (other bytes and tensors zero, scales 1.0 codes); decoded by :func:`held_channels`."""
-    e, size, cols = ckpt.w13.shape[0], ckpt.intermediate_size, ckpt.w13.shape[-1]
-    c = torch.arange(size)
-    gate = torch.zeros(e, size, cols, dtype=torch.uint8)
-    gate[..., 0], gate[..., 1] = (1 + c % 254).to(torch.uint8), (1 + c // 254).to(torch.uint8)
-    w13 = join_fc1(gate, torch.zeros_like(gate), ckpt.fc1_layout) if gated else gate
-    return dataclasses.replace(ckpt, w13=w13, w2=torch.zeros_like(ckpt.w2))
-
-
-def held_channels(loaded: MoeWeights, gated: bool) -> list[int]:
-    """The global channels of the gate rows a rank holds, in row order, from a loaded coordinate checkpoint."""
-    gate = split_fc1(loaded.w13, loaded.fc1_layout)[0] if gated else loaded.w13
-    rows = gate[0].long()
-    real = (rows[:, 0] != 0) & (rows[:, 0] != NAN_BYTE)
-    return [int(a - 1 + 254 * (b - 1)) for a, b in rows[real, :2].tolist()]
-
-
 def gpt_oss_form(gated: bool, block: int, layout: Fc1Layout) -> bool:
     """Whether a checkpoint is gpt-oss's form (gated MXFP4, fused row-interleaved FC1): loaded by
     ``GptOssModel._load_weights_mxfp4``; every other form by the per-projection ``RoutedExperts`` path."""
@@ -283,24 +260,13 @@ def cuts_groups_per_projection(config) -> bool:
     return not gpt_oss_form(config.gated, config.block, config.layout) and rem == 0 and part % config.block != 0
 
 
-class VllmMoeSharding:
+class VllmMoeSharding(LoaderSharding):
     """vLLM 0.33.0's loaders (module docstring): gpt-oss's for row-interleaved MXFP4 checkpoints, the
-    per-expert ``RoutedExperts.weight_loader`` (ModelOpt NVFP4, Quark OCP-MX MXFP4) for the rest.
-    A rank's ``offset`` is the first channel the coordinate checkpoint puts in its gate rows, ``real``
-    how many it puts there (an empty rank starts where the previous one ends)."""
+    per-expert ``RoutedExperts.weight_loader`` (ModelOpt NVFP4, Quark OCP-MX MXFP4) for the rest; the
+    ranks' channels are read back (:class:`~subjects.moe_sharding.LoaderSharding`)."""
 
     def load_rank(self, ckpt: MoeWeights, gated: bool, tp: int, rank: int) -> MoeWeights:
         v = sharding_modules()
         if gpt_oss_form(gated, ckpt.block, ckpt.fc1_layout):
             return load_gpt_oss(v, ckpt, tp, rank)
         return load_projections(v, ckpt, gated, tp, rank)
-
-    def shard_moe(self, weights: MoeWeights, gated: bool, tp: int) -> tuple[RankShard, ...]:
-        probe = coordinate_checkpoint(weights, gated)
-        shards, end = [], 0
-        for rank in range(tp):
-            channels = held_channels(self.load_rank(probe, gated, tp, rank), gated)
-            offset = channels[0] if channels else end
-            shards.append(RankShard(self.load_rank(weights, gated, tp, rank), offset, len(channels)))
-            end = offset + len(channels)
-        return tuple(shards)
