@@ -26,7 +26,7 @@ from contracts.errors import UnsupportedConfig
 from contracts.moe import MoeWeights
 from contracts.shared_expert import SharedExpertPlacement, SharedExpertRefused, SharedExpertSetup
 from reference.formats import MxScaleRounding
-from reference.layouts import aiter_shuffle_weight, vllm_asm_scale_swizzle
+from reference.layouts import aiter_shuffle_weight, grouped_gate_up_interleave, vllm_asm_scale_swizzle
 from strategies.shared_expert import shared_expert_case
 from subjects import vllm as sv
 from subjects.registry import backends, contracts, resolve
@@ -241,3 +241,28 @@ def test_nvfp4_trtllm_hidden_alignment_from_vllm(backend: Nvfp4MoeBackend, gated
 def test_nvfp4_cutlass_gated_refusal() -> None:
     with pytest.raises(UnsupportedConfig, match="FLASHINFER_CUTLASS"):
         sv.VllmNvfp4MoeAlignment().align_moe(Nvfp4MoeBackend.FLASHINFER_CUTLASS, _nvfp4_weights(176, 256, True), True)
+
+
+@pytest.mark.parametrize("half", [64, 128, 384])
+def test_cutedsl_interleave_is_vllms(half: int) -> None:
+    """The reference 64-row up/gate regrouping equals vLLM's ``interleave_linear_and_gate(group_size=64)``."""
+    rows = torch.arange(2 * half)[None, :, None].expand(2, -1, 3).contiguous()
+    vllm_rows = sv.vllm_modules().ffm.interleave_linear_and_gate(rows, group_size=64, dim=1)
+    assert torch.equal(vllm_rows, rows[:, grouped_gate_up_interleave(2 * half, 64)])
+
+
+@pytest.mark.parametrize(
+    ("backend", "gated", "intermediate", "hidden", "want"),
+    [
+        (Nvfp4MoeBackend.FLASHINFER_CUTEDSL, True, 176, 2688, (192, 2816)),  # Gemma-4 TP=4 I, Nemotron H
+        (Nvfp4MoeBackend.FLASHINFER_CUTEDSL, False, 176, 2688, (256, 2816)),
+        (Nvfp4MoeBackend.B12X, True, 176, 2688, (192, 2688)),  # b12x leaves H as it is
+        (Nvfp4MoeBackend.B12X, False, 176, 2688, (256, 2688)),  # end-padded to the swizzle's 128 rows
+    ],
+)
+def test_nvfp4_cutedsl_and_b12x_sizes_from_vllm(
+    backend: Nvfp4MoeBackend, gated: bool, intermediate: int, hidden: int, want: tuple[int, int]
+) -> None:
+    aligned = sv.VllmNvfp4MoeAlignment().align_moe(backend, _nvfp4_weights(intermediate, hidden, gated), gated)
+    assert (aligned.intermediate_size, aligned.hidden_size) == want
+    assert aligned.weights.w2.shape[1:] == (want[1], want[0] // 2)
