@@ -15,6 +15,7 @@ Three measurements, written as Markdown and JSON under ``--out``:
 from __future__ import annotations
 
 import json
+import multiprocessing
 import os
 import platform
 import subprocess
@@ -22,6 +23,7 @@ import sys
 import tempfile
 import time
 from collections.abc import Iterable
+from concurrent.futures import ProcessPoolExecutor
 from importlib import metadata
 from pathlib import Path
 from typing import Any
@@ -29,7 +31,7 @@ from typing import Any
 from bench.detection import GOAL_RATE, GOAL_SEEDS, Draws, detect, properties
 from harness.hardware import machine
 from harness.inputs import guard_inputs
-from subjects.registry import Subject, known_bad, resolve
+from subjects.registry import Subject, builtin, known_bad, resolve
 
 ROOT = Path(__file__).resolve().parent.parent
 VERSIONS = ("torch", "hypothesis", "flashinfer-python", "amd-aiter", "vllm")
@@ -57,25 +59,44 @@ def run_suite(
         return stats
 
 
-def grid_catches(subject: Subject, contract: str, configs: list[Any]) -> tuple[bool, str | None]:
-    """Whether any property of ``contract`` (its check on the backends its test runs against,
-    :func:`bench.detection.properties`) fails for ``subject`` on any grid configuration.
+GRID_VERDICTS = ("caught", "missed", "suite error")
+"""A grid's verdict on a subject: a check failed for it on a point where the built-in subject passes;
+no check failed; or a check failed for the built-in subject too (a fault of the suite or of the grid
+mapping, never counted as a catch)."""
 
-    Checks that need absent hardware or libraries raise ``LibraryUnavailable`` and count as not run.
+
+def grid_catches(subject: Subject, contract: str, configs: list[Any]) -> tuple[str, str | None]:
+    """The grid verdict (:data:`GRID_VERDICTS`) of ``subject`` on ``configs``, and how it was reached.
+
+    Every property of ``contract`` (its check on the backends its test runs against,
+    :func:`bench.detection.properties`) runs on every configuration it takes. A failure is a catch
+    only if the same check passes for the built-in subject on that configuration and backend: a
+    check that cannot run there (a backend without a preparation step, say) fails for both and is
+    no evidence against the subject. Checks that need absent hardware or libraries raise
+    ``LibraryUnavailable`` and count as not run.
     """
     from contracts.errors import LibraryUnavailable
 
-    policy = guard_inputs(subject.policy(contract))
+    policy, correct = (guard_inputs(s.policy(contract)) for s in (subject, builtin()))
     pairs = list({(p.check, p.backend): None for p in properties(contract)})
+    error = None
     for config in configs:
         for fn, backend in ((f, b) for f, b in pairs if isinstance(config, f.__fp4_check__[1])):
+            where = f"{fn.__name__}[{getattr(backend, 'value', '-')}] on {config}"
             try:
                 fn(config, backend, policy)
             except LibraryUnavailable:
                 continue
-            except Exception as exc:  # noqa: BLE001 - any failure of a check is a catch
-                return True, f"{fn.__name__}[{getattr(backend, 'value', '-')}] on {config}: {type(exc).__name__}"
-    return False, None
+            except Exception as exc:  # noqa: BLE001 - any failure of a check is a catch ...
+                try:
+                    fn(config, backend, correct)
+                except LibraryUnavailable:
+                    continue
+                except Exception as also:  # noqa: BLE001 - ... unless the built-in subject fails it too
+                    error = error or f"{where}: built-in subject fails too ({type(also).__name__})"
+                    continue
+                return "caught", f"{where}: {type(exc).__name__}"
+    return ("suite error", error) if error else ("missed", None)
 
 
 def throughput(seed: int = 0) -> list[dict[str, Any]]:
@@ -106,11 +127,26 @@ def _rate(f: dict[str, Any]) -> str:
     return f"{100 * failing / examples:.1f} % ({f['failing_examples']})"
 
 
+def grid_hits(report: dict[str, Any], subject: str) -> tuple[list[str], int]:
+    """The fixed grids that catch ``subject``, and how many grids ran on it."""
+    hits = [g["name"] for g in report["grids"] if g["catches"].get(subject) == "caught"]
+    return hits, sum(subject in g["catches"] for g in report["grids"])
+
+
+def _grids(report: dict[str, Any], subject: str, shown: int = 2) -> str:
+    hits, runs = grid_hits(report, subject)
+    if not runs:
+        return "—"
+    names = ", ".join(hits[:shown]) + (f", … (+{len(hits) - shown})" if len(hits) > shown else "")
+    return f"{len(hits)} of {runs}" + (f": {names}" if hits else "")
+
+
 def markdown(report: dict[str, Any]) -> str:
     """Render the report as Markdown tables."""
     seeds, budget = report["seeds"], report["budget"]
     out = [f"# fp4-conformance bench ({report['date']})", ""]
     out += [f"Machine: {report['machine']}. Versions: {report['versions']}. Wall time: {report['wall_seconds']} s.", ""]
+    out += _parts(report)
     out += [f"## Known-bad subjects: detection over {len(seeds)} seeds", ""]
     out += [
         "Caught seeds, then median / worst examples to the first failure per seed (examples counted per "
@@ -141,16 +177,26 @@ def markdown(report: dict[str, Any]) -> str:
     ]
     out += ["", "## Fixed grids: which known-bad subjects each catches", ""]
     out += ["| grid | source | distinct shapes run | catches | misses |", "|---|---|---|---|---|"]
+    errors = []
     for g in report["grids"]:
         verdicts = {k: v for k, v in g["catches"].items() if ":" not in k}
         caught = ", ".join(k for k, v in verdicts.items() if v == "caught") or "—"
         missed = ", ".join(k for k, v in verdicts.items() if v == "missed") or "—"
         out.append(f"| {g['name']} | {g['source']} | {g['points']} | {caught} | {missed} |")
+        errors += [
+            f"- {g['name']}, {k}: {g['catches'].get(k + ':how')}" for k, v in verdicts.items() if v == "suite error"
+        ]
+    if errors:
+        out += [
+            "",
+            "Checks that fail for the built-in subject too on a grid point (not counted as catches):",
+            "",
+            *errors,
+        ]
     out += ["", "Per known-bad subject, the grids that catch it:", ""]
     for r in report["suite"]:
-        hits = [g["name"] for g in report["grids"] if g["catches"].get(r["subject"]) == "caught"]
-        runs = [g for g in report["grids"] if r["subject"] in g["catches"]]
-        out.append(f"- {r['subject']}: {len(hits)} of {len(runs)} grids ({', '.join(hits) or 'none'})")
+        hits, runs = grid_hits(report, r["subject"])
+        out.append(f"- {r['subject']}: {len(hits)} of {runs} grids ({', '.join(hits) or 'none'})")
     if report["throughput"]:
         out += ["", "## Throughput (built-in subject, ci profile)", "", "| property | examples | s | examples/s |"]
         out += ["|---|---|---|---|"]
@@ -159,6 +205,37 @@ def markdown(report: dict[str, Any]) -> str:
             for t in report["throughput"]
         ]
     return "\n".join(out) + "\n"
+
+
+def joined(reports: list[dict[str, Any]]) -> dict[str, Any]:
+    """One report from runs of different subjects under the same seeds and budgets (a subject measured
+    again replaces its earlier row); the date, machine and versions are the last run's, the wall time
+    the sum, and ``parts`` keeps each run's date and subjects."""
+    first, last = reports[0], reports[-1]
+    conditions = ("seeds", "budget", "rate_seeds", "quick")
+    if any(r[k] != first[k] for r in reports for k in conditions):
+        raise SystemExit(f"bench: reports measured under different {'/'.join(conditions)} cannot be joined")
+    if len(reports) == 1:
+        return first
+    rows: dict[str, dict[str, Any]] = {}
+    grids: dict[str, dict[str, Any]] = {}
+    for r in reports:
+        rows.update((row["subject"], row) for row in r["suite"])
+        for g in r["grids"]:
+            grids.setdefault(g["name"], {**g, "catches": {}})["catches"].update(g["catches"])
+    parts = [
+        p
+        for r in reports
+        for p in r.get("parts", [{"date": r["date"], "subjects": [s["subject"] for s in r["suite"]]}])
+    ]
+    return {
+        **last,
+        "suite": list(rows.values()),
+        "grids": list(grids.values()),
+        "throughput": next((r["throughput"] for r in reversed(reports) if r["throughput"]), []),
+        "wall_seconds": sum(r["wall_seconds"] for r in reports),
+        "parts": parts,
+    }
 
 
 README_START, README_END = "<!-- bench:start -->", "<!-- bench:end -->"
@@ -171,6 +248,16 @@ def command_of(report: dict[str, Any]) -> str:
     return f"python -m bench --seeds {len(report['seeds'])} --budget {report['budget']} --rate-seeds {report['rate_seeds']}"
 
 
+def _parts(report: dict[str, Any]) -> list[str]:
+    """For a joined report (:func:`joined`): when each run's subjects were measured."""
+    parts = report.get("parts", [])
+    if len(parts) < 2:
+        return []
+    return ["Joined from runs with the same options: " + "; ".join(
+        f"{p['date']}: {', '.join(f'`{s}`' for s in p['subjects'])}" for p in parts
+    ) + ".", ""]  # fmt: skip
+
+
 def readme_section(report: dict[str, Any]) -> str:
     """The README's bench results, generated from a report: conditions, then one row per subject."""
     seeds, budget, command = len(report["seeds"]), report["budget"], command_of(report)
@@ -179,19 +266,22 @@ def readme_section(report: dict[str, Any]) -> str:
         f"Generated by `{command}` on {report['date']}: {report['machine']}; {report['versions']}; "
         f"{report['wall_seconds']} s wall time.",
         "",
+        *_parts(report),
         f"Over {seeds} seeds per subject: caught seeds, then median / worst examples to the first failure "
         f"(`>{budget}`: not within the budget). Rates: failing / generated examples of the best property over "
-        f"{report['rate_seeds']} seeds x {budget} examples.",
+        f"{report['rate_seeds']} seeds x {budget} examples. Fixed grids: of the FlashInfer and vLLM test grids "
+        "(`bench/grids.py`) run on the subject's contracts, those on which a check fails for the subject and "
+        "passes for the built-in one.",
         "",
         "| known-bad subject | with pins (ci) | ci without pins (25 examples) | generation rate "
-        "| search power (after the prefix) | search-power rate | falls short |",
-        "|---|---|---|---|---|---|---|",
+        "| search power (after the prefix) | search-power rate | fixed grids that catch it | falls short |",
+        "|---|---|---|---|---|---|---|---|",
     ]
     for r in report["suite"]:
         out.append(
             f"| `{r['subject']}` | {_figure(r['with_pins'])} | {_figure(r['ci_without_pins'])} "
             f"| {_rate(r['generation'])} | {_figure(r['search_power'])} | {_rate(r['search_power'])} "
-            f"| {r['shortfall'] or '—'} |"
+            f"| {_grids(report, r['subject'])} | {r['shortfall'] or '—'} |"
         )
     return "\n".join([*out, README_END])
 
@@ -219,6 +309,23 @@ def chosen_subjects(specs: list[str] | None) -> list[Subject]:
     return [resolve(spec) for spec in specs] if specs else list(known_bad().values())
 
 
+_JOB: dict[str, Any] = {}
+"""What :func:`_measure` works on, set by :func:`run` before worker processes fork."""
+
+
+def _measure(index: int) -> tuple[dict[str, Any], dict[str, tuple[str, str | None]]]:
+    """Subject ``index`` of the run: its detection row and its verdict per fixed grid (by name)."""
+    subject, began = _JOB["subjects"][index], time.perf_counter()
+    row = detect(subject, _JOB["seeds"], _JOB["budget"], _JOB["rate_seeds"], _JOB["draws"]).row()
+    verdicts = {
+        grid.name: grid_catches(subject, contract, configs)
+        for grid, contract, configs in _JOB["grids"]
+        if subject.policy(contract) is not None
+    }
+    print(f"bench: {subject.name} measured in {time.perf_counter() - began:.0f} s", file=sys.stderr, flush=True)
+    return row, verdicts
+
+
 def run(
     seeds: list[int],
     out: Path,
@@ -229,27 +336,33 @@ def run(
     subjects: list[str] | None = None,
     with_throughput: bool = True,
     with_grids: bool = True,
+    jobs: int = 1,
 ) -> dict[str, Any]:
-    """Run all three measurements; write ``bench.md`` and ``bench.json`` into ``out``."""
+    """Run all three measurements; write ``bench.md`` and ``bench.json`` into ``out``.
+
+    ``jobs > 1`` measures that many subjects at once in forked worker processes (rows keep the
+    subjects' order; the figures do not depend on it).
+    """
     from bench.grids_adapter import grid_configs
 
     start = time.perf_counter()
     chosen = chosen_subjects(subjects)
-    suite, draws = [], Draws()
-    for subject in chosen:
-        began = time.perf_counter()
-        suite.append(detect(subject, seeds, budget, rate_seeds, draws).row())
-        print(f"bench: {subject.name} measured in {time.perf_counter() - began:.0f} s", file=sys.stderr, flush=True)
+    grid_list = [(g, contract, configs) for g, contract, configs in grid_configs()] if with_grids else []
+    _JOB.update(subjects=chosen, seeds=seeds, budget=budget, rate_seeds=rate_seeds, draws=Draws(), grids=grid_list)
+    if jobs > 1:
+        with ProcessPoolExecutor(jobs, mp_context=multiprocessing.get_context("fork")) as pool:
+            measured = list(pool.map(_measure, range(len(chosen))))
+    else:
+        measured = [_measure(i) for i in range(len(chosen))]
+    suite = [row for row, _ in measured]
     grids = []
-    for grid, contract, configs in grid_configs() if with_grids else ():
+    for grid, _, configs in grid_list:
         catches = {}
-        for s in chosen:
-            if s.policy(contract) is None:
-                continue
-            caught, how = grid_catches(s, contract, configs)
-            catches[s.name] = "caught" if caught else "missed"
-            if how:
-                catches[s.name + ":how"] = how
+        for s, (_, verdicts) in zip(chosen, measured, strict=True):
+            if grid.name in verdicts:
+                catches[s.name], how = verdicts[grid.name]
+                if how:
+                    catches[s.name + ":how"] = how
         grids.append({"name": grid.name, "source": grid.source, "points": len(configs), "catches": catches})
     report = {
         "machine": machine().describe(),

@@ -15,7 +15,10 @@ docstring:
   uses, checked against its source); it is also the linear policy, so its dense shared expert
   meets vLLM's own ASM guard;
 * ``mxfp4_moe``: :class:`VllmMxfp4MoeAlignment` (sizes from
-  ``mxfp4_round_up_hidden_size_and_intermediate_size``; placement from the suite).
+  ``mxfp4_round_up_hidden_size_and_intermediate_size``; placement from the suite);
+* ``moe_sharding``: :class:`subjects.vllm_sharding.VllmMoeSharding` (vLLM's MoE weight loaders for
+  every rank: ``RoutedExperts.weight_loader`` for ModelOpt NVFP4 and Quark OCP-MX MXFP4 experts,
+  ``GptOssModel._load_weights_mxfp4`` for gpt-oss's fused row-interleaved MXFP4 experts).
 
 Upstream bugs of vLLM 0.33.0 that properties catch are listed in :data:`VLLM_KNOWN_FAILURES`.
 """
@@ -49,6 +52,7 @@ from backends.nvfp4_moe import CONTRACT as NVFP4_MOE
 from backends.nvfp4_moe import Nvfp4MoeBackend
 from contracts.errors import UnsupportedConfig
 from contracts.moe import AlignedMoe, MoeWeights
+from contracts.moe_sharding import CONTRACT as MOE_SHARDING
 from contracts.mxfp4_linear import CONTRACT as MXFP4_LINEAR
 from contracts.mxfp4_linear import PreparedMxfp4Linear
 from contracts.shared_expert import CONTRACT as SHARED_EXPERT
@@ -66,6 +70,7 @@ from reference.layouts import (
 from reference.sizes import round_up
 from subjects.mxfp4_moe import BuiltinMxfp4MoeAlignment
 from subjects.registry import KnownFailure, Subject, register_subject
+from subjects.vllm_sharding import VllmMoeSharding, cuts_groups_per_projection
 
 
 class VllmUnavailable(RuntimeError):
@@ -737,6 +742,29 @@ VLLM_KNOWN_FAILURES: tuple[KnownFailure, ...] = (
     ),
 )
 
+VLLM_GROUP_CUT = (
+    "RoutedExperts.weight_loader narrows each per-projection checkpoint tensor by its own size / tp: weights "
+    "at r·I/tp, block scales at r·floor(I/(g·tp)) groups, so an even split with (I/tp) % g != 0 cuts scale groups "
+    "and pairs later ranks' channels with the wrong scales (ModelOpt NVFP4: Nemotron-3-Nano I = 1856 at TP8, "
+    "Gemma-4-26B-A4B I = 704 at TP8; the same generic path loads Quark OCP-MX MXFP4 experts); open fix: PR #49951"
+)
+
+VLLM_SHARDING_FAILURES: tuple[KnownFailure, ...] = tuple(
+    KnownFailure(
+        MOE_SHARDING,
+        VLLM_GROUP_CUT,
+        "https://github.com/vllm-project/vllm/issues/49949",
+        applies=cuts_groups_per_projection,
+        raises=AssertionError,
+        match=match,
+        check=check,
+    )
+    for check, match in (
+        ("check_every_element_on_one_rank", r"which cut a \d+-element scale group"),
+        ("check_ranks_sum_to_layer", r"is not a whole number of \d+-element groups"),
+    )
+)
+
 _SHARED_AND_LINEAR = VllmQwen3NextSharedExpert()
 
 register_subject(
@@ -748,8 +776,9 @@ register_subject(
             MXFP4_LINEAR: _SHARED_AND_LINEAR,
             SHARED_EXPERT: _SHARED_AND_LINEAR,
             MXFP4_MOE: VllmMxfp4MoeAlignment(),
+            MOE_SHARDING: VllmMoeSharding(),
         },
-        known_failures=VLLM_KNOWN_FAILURES,
+        known_failures=VLLM_KNOWN_FAILURES + VLLM_SHARDING_FAILURES,
         missing=vllm_missing,
     )
 )

@@ -21,7 +21,7 @@ import torch
 from backends.mxfp4_linear import ASM_FORCE_TRITON_SCALE_ROWS, VLLM_GUARD_TABLE, AiterLinearPath
 from backends.mxfp4_moe import Mxfp4MoeBackend
 from backends.nvfp4_moe import Nvfp4MoeBackend
-from conformance import test_mxfp4_linear, test_mxfp4_moe, test_nvfp4_moe, test_shared_expert
+from conformance import test_moe_sharding, test_mxfp4_linear, test_mxfp4_moe, test_nvfp4_moe, test_shared_expert
 from contracts.errors import UnsupportedConfig
 from contracts.moe import MoeWeights
 from contracts.shared_expert import SharedExpertPlacement, SharedExpertRefused, SharedExpertSetup
@@ -39,8 +39,7 @@ POLICY = sv.VllmQwen3NextSharedExpert()
 
 def test_subject_implements_every_contract() -> None:
     subject = resolve("vllm")
-    # moe_sharding: driving vLLM's FusedMoE weight loaders over all ranks is not adapted yet (issue 19)
-    assert set(subject.policies) == set(contracts()) - {"moe_sharding"}
+    assert set(subject.policies) == set(contracts())
     assert subject.policy("mxfp4_linear") is subject.policy("shared_expert")  # one unit: vLLM's own guard
     for contract, policy in subject.policies.items():
         assert isinstance(policy, contracts()[contract])
@@ -52,8 +51,9 @@ def test_known_failures_name_real_checks_and_backends() -> None:
         "mxfp4_linear": test_mxfp4_linear,
         "shared_expert": test_shared_expert,
         "mxfp4_moe": test_mxfp4_moe,
+        "moe_sharding": test_moe_sharding,
     }
-    for known in sv.VLLM_KNOWN_FAILURES:
+    for known in sv.VLLM_KNOWN_FAILURES + sv.VLLM_SHARDING_FAILURES:
         assert known.link.startswith("https://github.com/")
         assert known.backend is None or known.backend in {b.value for b in backends(known.contract)}
         assert known.check is None or hasattr(modules[known.contract], known.check), known.check
