@@ -608,6 +608,10 @@ class SglangMxfp4MoeAlignment(BuiltinMxfp4MoeAlignment):
     """
 
     def sizes(self, backend: Mxfp4MoeBackend, weights: MoeWeights) -> tuple[int, int]:
+        if backend not in MXFP4_BACKENDS:
+            raise LibraryUnavailable(
+                f"the SGLang subject does not map MXFP4 MoE backend {backend.value} (MXFP4_BACKENDS)"
+            )
         return mxfp4_fused_moe_sizes(backend, weights.hidden_size, weights.intermediate_size)
 
 

@@ -89,6 +89,7 @@ def vllm_modules() -> types.SimpleNamespace:
         aiter_linear = importlib.import_module("vllm.model_executor.kernels.linear.mxfp4.aiter")
         linear_base = importlib.import_module("vllm.model_executor.kernels.linear.mxfp4.base")
         quant_utils = importlib.import_module("vllm.model_executor.layers.quantization.utils.quant_utils")
+        mxfp4_utils = importlib.import_module("vllm.model_executor.layers.quantization.utils.mxfp4_utils")
         qwen3_next = importlib.import_module("vllm.model_executor.models.qwen3_next")
     except Exception as exc:
         raise VllmUnavailable(
@@ -104,6 +105,7 @@ def vllm_modules() -> types.SimpleNamespace:
         aiter_linear=aiter_linear,
         MxFp4LinearLayerConfig=linear_base.MxFp4LinearLayerConfig,
         kMxfp4Dynamic=quant_utils.kMxfp4Dynamic,
+        mxfp4_utils=mxfp4_utils,
         qwen3_next=qwen3_next,
     )
 
@@ -493,8 +495,16 @@ VLLM_MXFP4_BACKENDS = {
     # (AITER_MXFP4_BF16 is the a16w4 path with shuffle_weight_a16w4, another layout)
     Mxfp4MoeBackend.AITER: "AITER_MXFP4_MXFP4",
     Mxfp4MoeBackend.MARLIN: "MARLIN",
+    Mxfp4MoeBackend.VLLM_CUTLASS: "CUTLASS_MXFP4_MXFP4",  # DEEPGEMM_MXFP4 rounds alike (tests/test_vllm_subject.py)
+    Mxfp4MoeBackend.B12X: "B12X_MXFP4_BF16",
+    Mxfp4MoeBackend.TRITON_SM90: "TRITON",  # on CUDA; TRITON_UNFUSED rounds alike there
+    # GptOssMxfp4MoEMethod's call (no activation): 256; Mxfp4MoEMethod passes SiLU and gets 128
+    Mxfp4MoeBackend.AITER_A16W4: "AITER_MXFP4_BF16",
 }
 """The suite's MXFP4 MoE backends as vLLM's ``Mxfp4MoeBackend`` members."""
+
+ROCM_BACKENDS = (Mxfp4MoeBackend.AITER, Mxfp4MoeBackend.AITER_A16W4)
+"""Backends whose rounding vLLM decides under ``current_platform.is_rocm()`` (:func:`_rocm_platform`)."""
 
 CDNA4 = 4
 """gfx950 (MI350x / MI355x), the suite's AITER target, is CDNA 4."""
@@ -518,10 +528,82 @@ def _rocm_platform(v: types.SimpleNamespace) -> Iterator[None]:
         yield
 
 
+_TRITON_KERNELS_STUBS = (
+    "triton_kernels",
+    "triton_kernels.matmul_ogs_details",
+    "triton_kernels.matmul_ogs_details.opt_flags",
+    "triton_kernels.numerics",
+    "triton_kernels.tensor",
+    "triton_kernels.tensor_details",
+    "triton_kernels.tensor_details.layout",
+)
+
+
+def hopper_scale_groups(v: types.SimpleNamespace, scale: torch.Tensor) -> int:
+    """Scale groups along K that vLLM's ``_swizzle_mxfp4`` hands triton_kernels' ``convert_layout`` on an
+    SM90 GPU, for one GEMM's ``scale [E, N, K/32]``.
+
+    vLLM's own function runs; what it needs of the machine and of triton_kernels 3.5.1 is stood in for:
+    ``current_platform`` is CUDA capability 9.0 with torch >= 2.8.1 (its swizzled branch), and the
+    triton_kernels modules it imports are stubs whose ``convert_layout`` records the scale it is given
+    (``opt_flags``, ``InFlexData`` and the layout factories are inert). vLLM PR #47910 (in 0.33.0) pads the
+    groups to a multiple of 4 there; without it they stay ``K/32``.
+    """
+    handed: list[torch.Tensor] = []
+    stubs = {name: types.ModuleType(name) for name in _TRITON_KERNELS_STUBS}
+    stubs["triton_kernels.matmul_ogs_details.opt_flags"].update_opt_flags_constraints = lambda constraints: None
+    stubs["triton_kernels.numerics"].InFlexData = lambda *args, **kwargs: None
+    tensor = stubs["triton_kernels.tensor"]
+    tensor.FP4 = "fp4"
+    tensor.wrap_torch_tensor = lambda t, dtype=None: t
+    tensor.convert_layout = lambda t, layout, **opts: handed.append(t) or t
+    layout = stubs["triton_kernels.tensor_details.layout"]
+    layout.StridedLayout = "strided"
+    layout.make_default_matmul_mxfp4_w_layout = lambda mx_axis: ("hopper-value", {})
+    layout.make_default_matmul_mxfp4_w_scale_layout = lambda mx_axis, num_warps: ("hopper-scale", {})
+    for parent, child in (
+        ("triton_kernels", "matmul_ogs_details"),
+        ("triton_kernels", "numerics"),
+        ("triton_kernels", "tensor"),
+        ("triton_kernels", "tensor_details"),
+        ("triton_kernels.matmul_ogs_details", "opt_flags"),
+        ("triton_kernels.tensor_details", "layout"),
+    ):
+        setattr(stubs[parent], child, stubs[f"{parent}.{child}"])
+    sm90 = types.SimpleNamespace(
+        is_cuda=lambda: True,
+        is_rocm=lambda: False,
+        is_device_capability=lambda capability: capability == 90,
+        is_device_capability_family=lambda capability: False,
+    )
+    utils = v.mxfp4_utils
+    e, n, groups = scale.shape
+    with (
+        mock.patch.dict(sys.modules, stubs),
+        mock.patch.object(utils, "current_platform", sm90),
+        mock.patch.object(utils, "has_triton_kernels", lambda: True),
+        mock.patch.object(utils, "get_triton_kernels_version", lambda: "3.5.1"),
+        mock.patch.object(utils, "is_torch_equal_or_newer", lambda version: True),
+        mock.patch.object(utils, "should_use_gfx1250_mx_scale_swizzle", lambda: False),
+    ):
+        utils._swizzle_mxfp4(torch.zeros(e, n, groups * 16, dtype=torch.uint8), scale)
+    if len(handed) != 2 or handed[1].shape[0] != e or handed[1].shape[-1] != n:
+        raise VllmSourceMismatch(
+            f"_swizzle_mxfp4 no longer hands convert_layout the weights then the [E, K/32, N] scales: {handed}"
+        )
+    return handed[1].shape[1]
+
+
 class VllmMxfp4MoeAlignment(BuiltinMxfp4MoeAlignment):
     """Sizes from vLLM's ``mxfp4_round_up_hidden_size_and_intermediate_size`` (``fused_moe/oracle/mxfp4.py``),
-    for the vLLM backend :data:`VLLM_MXFP4_BACKENDS` names; AITER under a patched ROCm CDNA4 platform
-    (:func:`_rocm_platform`), called without ``activation`` as Quark's ``maybe_roundup_sizes`` does.
+    for the vLLM backend :data:`VLLM_MXFP4_BACKENDS` names; the AITER ones under a patched ROCm CDNA4
+    platform (:func:`_rocm_platform`), called without ``activation`` as Quark's and gpt-oss's
+    ``maybe_roundup_sizes`` do.
+
+    ``triton-kernels-sm90``: vLLM keeps its rounded sizes and zero-pads only the scale groups along K
+    (:func:`hopper_scale_groups`, vLLM PR #47910); the kernel masks the weights' K tail, so for the
+    contract that equals weights and scales zero-padded to ``32 × groups`` along K, the sizes reported
+    here (FC1's K is ``H``, FC2's is ``I``).
 
     Only the sizes are vLLM's: the zero padding per gate/up half and the FC1 row order are the built-in
     policy's (``contracts.moe.pad_moe``, ``reference.padding``), since vLLM places weights in the padded
@@ -531,11 +613,16 @@ class VllmMxfp4MoeAlignment(BuiltinMxfp4MoeAlignment):
     def sizes(self, backend: Mxfp4MoeBackend, weights: MoeWeights) -> tuple[int, int]:
         v = vllm_modules()
         member = v.mxfp4_oracle.Mxfp4MoeBackend[VLLM_MXFP4_BACKENDS[backend]]
-        platform = _rocm_platform(v) if backend is Mxfp4MoeBackend.AITER else contextlib.nullcontext()
+        platform = _rocm_platform(v) if backend in ROCM_BACKENDS else contextlib.nullcontext()
         with platform:
             hidden, intermediate = v.mxfp4_oracle.mxfp4_round_up_hidden_size_and_intermediate_size(
                 member, weights.hidden_size, weights.intermediate_size
             )
+        if backend is Mxfp4MoeBackend.TRITON_SM90:
+            e = weights.w13.shape[0]
+            fc1 = hopper_scale_groups(v, torch.zeros(e, 2 * intermediate, hidden // 32, dtype=torch.uint8))
+            fc2 = hopper_scale_groups(v, torch.zeros(e, hidden, intermediate // 32, dtype=torch.uint8))
+            hidden, intermediate = 32 * fc1, 32 * fc2
         return intermediate, hidden
 
 

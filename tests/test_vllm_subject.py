@@ -187,10 +187,41 @@ def _mxfp4_weights(intermediate: int, hidden: int) -> MoeWeights:
         (Mxfp4MoeBackend.FLASHINFER_CUTLASS_SM90, (768, 2944)),
         (Mxfp4MoeBackend.AITER, (768, 3072)),
         (Mxfp4MoeBackend.MARLIN, (768, 3072)),
+        (Mxfp4MoeBackend.VLLM_CUTLASS, (768, 2944)),
+        (Mxfp4MoeBackend.B12X, (720, 2880)),  # exact sizes
+        (Mxfp4MoeBackend.TRITON_SM90, (768, 2944)),  # ru(720, 64) = 768; H's 90 scale groups padded to 92
+        (Mxfp4MoeBackend.AITER_A16W4, (768, 3072)),
     ],
 )
 def test_mxfp4_sizes_are_the_oracles(backend: Mxfp4MoeBackend, want: tuple[int, int]) -> None:
     assert sv.VllmMxfp4MoeAlignment().sizes(backend, _mxfp4_weights(720, 2880)) == want
+
+
+@pytest.mark.parametrize(
+    ("suite", "alias"),
+    [(Mxfp4MoeBackend.VLLM_CUTLASS, "DEEPGEMM_MXFP4"), (Mxfp4MoeBackend.TRITON_SM90, "TRITON_UNFUSED")],
+)
+def test_mxfp4_aliases_round_alike(suite: Mxfp4MoeBackend, alias: str) -> None:
+    """The engine backends a record names as aliases get the same rounding from vLLM's oracle."""
+    oracle = sv.vllm_modules().mxfp4_oracle
+    for i, h in ((720, 2880), (96, 96), (192, 7168), (288, 5120)):
+        want = oracle.mxfp4_round_up_hidden_size_and_intermediate_size(
+            oracle.Mxfp4MoeBackend[sv.VLLM_MXFP4_BACKENDS[suite]], h, i
+        )
+        assert oracle.mxfp4_round_up_hidden_size_and_intermediate_size(oracle.Mxfp4MoeBackend[alias], h, i) == want
+
+
+def test_hopper_scale_groups_padded_to_whole_tiles() -> None:
+    """vLLM 0.33.0's ``_swizzle_mxfp4`` zero-pads SM90 scale groups to a multiple of 4 (PR #47910): gpt-oss's
+    90 become 92; 96 stay. A vLLM without the pad hands 90, which the triton-kernels-sm90 rule rejects."""
+    v = sv.vllm_modules()
+    for groups, want in ((90, 92), (96, 96), (3, 4)):
+        assert sv.hopper_scale_groups(v, torch.zeros(1, 64, groups, dtype=torch.uint8)) == want
+
+
+def test_aiter_a16w4_sizes_without_activation_take_256() -> None:
+    """GptOssMxfp4MoEMethod asks without an activation: 256 for AITER_MXFP4_BF16 (SiLU would give 128)."""
+    assert sv.VllmMxfp4MoeAlignment().sizes(Mxfp4MoeBackend.AITER_A16W4, _mxfp4_weights(384, 2880)) == (512, 3072)
 
 
 def test_aiter_sizes_take_the_rocm_branch() -> None:
