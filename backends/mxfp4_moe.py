@@ -2,7 +2,10 @@
 
 Written from the libraries, never from the policies under test: FlashInfer's own helpers decide
 for its two backends (:mod:`adapters.flashinfer_mxfp4`), the reference AITER layouts and AITER's
-issues for AITER, vLLM's Marlin MoE support check for Marlin. The built-in policy rounds ``(I, H)``
+issues for AITER, vLLM's Marlin MoE support check for Marlin; for the newer backends of vLLM 0.33.0's
+MXFP4 oracle, the views of AITER's A16W4 shuffles, triton_kernels' Hopper scale layout
+(:mod:`adapters.triton_kernels`), the scale tiling of vLLM's own CUTLASS kernel and DeepGEMM's
+activation groups, b12x's and FlashInfer MoE-EP's checks. The built-in policy rounds ``(I, H)``
 to each record's multiples and converts FC1 rows to its ``fc1_layout`` (vLLM's
 ``mxfp4_round_up_hidden_size_and_intermediate_size`` plus the reorder part of
 ``convert_to_mxfp4_moe_kernel_format``).
@@ -39,6 +42,7 @@ class Mxfp4MoeBackend(enum.Enum):
     B12X = "b12x-mxfp4"  # FlashInfer b12x fused MoE, W4A16 (SM120)
     TRITON_SM90 = "triton-kernels-sm90"  # triton_kernels matmul_ogs, Hopper swizzle (vLLM TRITON)
     AITER_A16W4 = "aiter-a16w4"  # AITER CK A16W4 MoE, shuffle_weight_a16w4 (gfx950)
+    FLASHINFER_MOE_EP = "flashinfer-moe-ep-mxfp4"  # FlashInfer MoE-EP DeepGEMM megakernel (SM100)
 
 
 def aiter_violations(intermediate: int, hidden: int, experts: int) -> list[str]:
@@ -132,6 +136,25 @@ def aiter_a16w4_violations(intermediate: int, hidden: int) -> list[str]:
                 f"{label} scales [E·{n}, {k // MXFP4_BLOCK}]: shuffle_scale_a16w4's view needs N % 32 and "
                 f"(K/32) % 8 (K % 256)"
             )
+    return problems
+
+
+MOE_EP_HIDDEN_MULTIPLE = 128
+"""FlashInfer 0.7.4 ``moe_ep/backends/mega/kernel/sm100/fp8_fp4_bf16_deepgemm/staging.py``: the DeepGEMM
+megakernel's input staging raises ``hidden_size must be a multiple of 128`` (it quantizes the hidden
+states to MXFP8 through DeepGEMM's ``per_token_cast_to_fp8``)."""
+
+
+def moe_ep_violations(intermediate: int, hidden: int) -> list[str]:
+    """Why FlashInfer's MoE-EP DeepGEMM megakernel (vLLM ``FLASHINFER_MOE_EP_DEEP_GEMM``) rejects ``(I, H)``:
+    the staging's ``H % 128``; the checkpoint's MXFP4 tensors go in as they are (vLLM's
+    ``mxfp4_moe_ep_weights``), so whole 32-element groups along ``I``. The CuteDSL megakernel
+    (``FLASHINFER_MOE_EP_CUTEDSL``) is not an MXFP4 consumer: vLLM dequantizes the experts to bf16 for it."""
+    problems = []
+    if hidden % MOE_EP_HIDDEN_MULTIPLE:
+        problems.append(f"hidden size {hidden} % 128 != 0: FlashInfer MoE-EP DeepGEMM staging raises")
+    if intermediate % MXFP4_BLOCK:
+        problems.append(f"intermediate size {intermediate} is not a whole number of 32-element MXFP4 groups")
     return problems
 
 
@@ -328,6 +351,21 @@ RECORDS = (
         intermediate_multiple=256,
         hidden_multiple=256,
         violations=lambda i, h, e: aiter_a16w4_violations(i, h),
+    ),
+    Mxfp4MoeRecord(
+        member=Mxfp4MoeBackend.FLASHINFER_MOE_EP,
+        contract=CONTRACT,
+        entry_point="flashinfer.moe_ep MoEEpMegaLayer (DeepGemmMegaMoeConfig, preprocess_weights=True)",
+        sources=(
+            "flashinfer-python 0.7.4 flashinfer/moe_ep/backends/mega/kernel/sm100/fp8_fp4_bf16_deepgemm/staging.py",
+            "vLLM 0.33.0 vllm/model_executor/layers/fused_moe/flashinfer_moe_ep.py (mxfp4_moe_ep_weights)",
+        ),
+        # vLLM hands the megakernel its loaded [w1; w3] unchanged (no reorder; FlashInfer's preprocessing
+        # only repacks the scales for DeepGEMM)
+        fc1_layout=Fc1Layout.GATE_UP,
+        intermediate_multiple=MXFP4_BLOCK,
+        hidden_multiple=MOE_EP_HIDDEN_MULTIPLE,
+        violations=lambda i, h, e: moe_ep_violations(i, h),
     ),
 )
 register(*RECORDS)

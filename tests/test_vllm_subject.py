@@ -191,6 +191,7 @@ def _mxfp4_weights(intermediate: int, hidden: int) -> MoeWeights:
         (Mxfp4MoeBackend.B12X, (720, 2880)),  # exact sizes
         (Mxfp4MoeBackend.TRITON_SM90, (768, 2944)),  # ru(720, 64) = 768; H's 90 scale groups padded to 92
         (Mxfp4MoeBackend.AITER_A16W4, (768, 3072)),
+        (Mxfp4MoeBackend.FLASHINFER_MOE_EP, (720, 2880)),  # the model's sizes
     ],
 )
 def test_mxfp4_sizes_are_the_oracles(backend: Mxfp4MoeBackend, want: tuple[int, int]) -> None:
