@@ -14,7 +14,9 @@ adapter's docstring:
   the AITER ASM guard and each path's weight preparation; the activation quantizer of each path read
   from ``apply_weights``' source);
 * ``mxfp4_moe``: :class:`SglangMxfp4MoeAlignment` (the sizes of a real ``FusedMoE`` of
-  ``Mxfp4MoEMethod`` per backend; per-half placement from the suite, as for vLLM).
+  ``Mxfp4MoEMethod`` per backend; per-half placement from the suite, as for vLLM);
+* ``moe_sharding``: :class:`subjects.sglang_sharding.SglangMoeSharding` (``FusedMoE.weight_loader`` of a
+  real ``FusedMoE`` per rank, :func:`load_nvfp4_rank`).
 
 How SGLang's loader splits a checkpoint over TP ranks is :func:`load_nvfp4_rank` (whole padded blocks
 under TRT-LLM, modelled by ``reference.sizes.padded_split``). SGLang has no counterpart of vLLM's Qwen3-Next shared-expert replicate-or-refuse decision
@@ -49,6 +51,7 @@ from backends.nvfp4_moe import CONTRACT as NVFP4_MOE
 from backends.nvfp4_moe import Nvfp4MoeBackend
 from contracts.errors import LibraryUnavailable
 from contracts.moe import AlignedMoe, MoeWeights
+from contracts.moe_sharding import CONTRACT as MOE_SHARDING
 from contracts.mxfp4_linear import CONTRACT as MXFP4_LINEAR
 from contracts.mxfp4_linear import PreparedMxfp4Linear
 from reference.formats import MxScaleRounding
@@ -56,6 +59,7 @@ from reference.layouts import aiter_shuffle_weight, unswizzle_128x4
 from reference.sizes import round_up
 from subjects.mxfp4_moe import BuiltinMxfp4MoeAlignment
 from subjects.registry import KnownFailure, Subject, register_subject
+from subjects.sglang_sharding import SglangMoeSharding
 from subjects.vllm import QUANTIZER_ROUNDING
 
 SGLANG_VERSION = "0.5.23"
@@ -748,6 +752,7 @@ register_subject(
             NVFP4_MOE: SglangNvfp4MoeAlignment(),
             MXFP4_LINEAR: SglangQuarkMxfp4Linear(),
             MXFP4_MOE: SglangMxfp4MoeAlignment(),
+            MOE_SHARDING: SglangMoeSharding(),
         },
         known_failures=SGLANG_KNOWN_FAILURES,
         missing=sglang_missing,
