@@ -13,12 +13,15 @@ adapter's docstring:
 * ``mxfp4_linear``: :class:`SglangQuarkMxfp4Linear` (``QuarkW4A4MXFP4.process_weights_after_loading``:
   the AITER ASM guard and each path's weight preparation; the activation quantizer of each path read
   from ``apply_weights``' source);
-* ``mxfp4_moe``: :class:`SglangMxfp4MoeAlignment` (the sizes of a real ``FusedMoE`` of
-  ``Mxfp4MoEMethod`` per backend; per-half placement from the suite, as for vLLM).
+* ``mxfp4_moe``: :class:`SglangMxfp4MoeAlignment` (``Mxfp4MoEMethod`` per backend: ``create_weights``'
+  rounding, the gpt-oss and the stacked per-expert loaders' placement, ``process_weights_after_loading``
+  with its GPU-only layout calls passed through).
 
-How SGLang's loader splits a checkpoint over TP ranks is :func:`load_nvfp4_rank` (whole padded blocks
-under TRT-LLM, modelled by ``reference.sizes.padded_split``). SGLang has no counterpart of vLLM's Qwen3-Next shared-expert replicate-or-refuse decision
-(``shared_expert``): its Qwen3-Next shared expert is a tensor-parallel MLP without that gate.
+How SGLang's loaders split a checkpoint over TP ranks is :func:`load_nvfp4_rank` (whole padded blocks
+under TRT-LLM, modelled by ``reference.sizes.padded_split``) and :func:`load_mxfp4_rank` (gpt-oss's whole
+32-blocks, ``reference.sizes.whole_block_split``; ``I/tp`` per half for stacked checkpoints).
+
+SGLang has no counterpart of vLLM's Qwen3-Next shared-expert replicate-or-refuse decision (``shared_expert``): its Qwen3-Next shared expert is a tensor-parallel MLP without that gate.
 
 Upstream bugs of SGLang 0.5.23 that properties catch are listed in :data:`SGLANG_KNOWN_FAILURES`.
 """
@@ -36,7 +39,7 @@ import inspect
 import sys
 import textwrap
 import types
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any
 from unittest import mock
@@ -259,11 +262,37 @@ def sglang_layer_context(runner_backend: str, platform: dict[str, bool], tp: int
 
 # --- nvfp4_moe: ModelOptNvFp4FusedMoEMethod ----------------------------------------------------------
 
-NVFP4_BACKENDS = {
-    Nvfp4MoeBackend.FLASHINFER_TRTLLM: "flashinfer_trtllm",
-    Nvfp4MoeBackend.FLASHINFER_CUTLASS: "flashinfer_cutlass",
+
+@dataclass(frozen=True)
+class SglangNvfp4Backend:
+    """How SGLang 0.5.23 runs one of the suite's NVFP4 MoE backends for a ModelOpt checkpoint.
+
+    ``runner``: the ``--moe-runner-backend``; ``device_call``: the function of
+    ``quantization/utils.py`` that ``ModelOptNvFp4FusedMoEMethod.process_weights_after_loading`` calls on this
+    branch and that needs a GPU, replaced by a capture of its inputs (``None``: the branch runs whole on CPU);
+    ``per_token_activation``: ``ModelOptFp4Config(use_per_token_activation=...)``, a ModelOpt checkpoint with
+    dynamic per-token activation scales (``SGLANG_FLASHINFER_NVFP4_PER_TOKEN_ACTIVATION``).
+    """
+
+    runner: str
+    device_call: str | None
+    per_token_activation: bool = False
+
+
+NVFP4_BACKENDS: dict[Nvfp4MoeBackend, SglangNvfp4Backend] = {
+    # align_fp4_moe_weights_for_flashinfer_trtllm, then FlashInfer's shuffles inside
+    # prepare_static_weights_for_trtllm_fp4_moe (CUDA kernels)
+    Nvfp4MoeBackend.FLASHINFER_TRTLLM: SglangNvfp4Backend(
+        "flashinfer_trtllm", "prepare_static_weights_for_trtllm_fp4_moe"
+    ),
+    # swizzle_blockscale is pure torch
+    Nvfp4MoeBackend.FLASHINFER_CUTLASS: SglangNvfp4Backend("flashinfer_cutlass", None),
+    # the TRT-LLM branch with trtllm_nvfp4_hidden_alignment(use_per_token_activation=True, is_gated)
+    Nvfp4MoeBackend.FLASHINFER_TRTLLM_PER_TOKEN: SglangNvfp4Backend(
+        "flashinfer_trtllm", "prepare_static_weights_for_trtllm_fp4_moe", per_token_activation=True
+    ),
 }
-"""The suite's NVFP4 MoE backends as SGLang ``--moe-runner-backend`` values."""
+"""The suite's NVFP4 MoE backends as SGLang runs them."""
 
 BLACKWELL = {"is_blackwell": True, "is_sm100": True, "is_cuda": True, "is_hip": False}
 """Platform facts of a B200 (SM100), where SGLang runs both NVFP4 FlashInfer backends."""
@@ -297,15 +326,17 @@ def load_nvfp4_checkpoint(layer: torch.nn.Module, weights: MoeWeights, gated: bo
 def nvfp4_fused_moe(
     backend: Nvfp4MoeBackend, experts: int, hidden: int, intermediate: int, gated: bool, tp: int = 1, rank: int = 0
 ) -> Iterator[tuple[types.SimpleNamespace, torch.nn.Module]]:
-    """A real ``FusedMoE`` of rank ``rank`` of ``tp`` for a static-scale ModelOpt NVFP4 checkpoint
-    (``ModelOptFp4Config``, group 16, no per-token activation) of global ``intermediate`` size, under
-    ``--moe-runner-backend`` :data:`NVFP4_BACKENDS` on a B200 (:func:`sglang_layer_context`): its
+    """A real ``FusedMoE`` of rank ``rank`` of ``tp`` for a ModelOpt NVFP4 checkpoint (``ModelOptFp4Config``,
+    group 16, per-token activation scales where :data:`NVFP4_BACKENDS` says) of global ``intermediate``
+    size, under ``--moe-runner-backend`` :data:`NVFP4_BACKENDS` on a B200 (:func:`sglang_layer_context`): its
     constructor picks ``ModelOptNvFp4FusedMoEMethod``, whose ``create_weights`` rounds and allocates."""
     if backend not in NVFP4_BACKENDS:
         raise LibraryUnavailable(f"the SGLang subject does not map NVFP4 MoE backend {backend.value} (NVFP4_BACKENDS)")
-    with sglang_layer_context(NVFP4_BACKENDS[backend], BLACKWELL, tp, rank) as m:
+    with sglang_layer_context(NVFP4_BACKENDS[backend].runner, BLACKWELL, tp, rank) as m:
         config = m.modelopt.ModelOptFp4Config(
-            is_checkpoint_nvfp4_serialized=True, group_size=16, use_per_token_activation=False
+            is_checkpoint_nvfp4_serialized=True,
+            group_size=16,
+            use_per_token_activation=NVFP4_BACKENDS[backend].per_token_activation,
         )
         layer = m.FusedMoE(
             num_experts=experts, hidden_size=hidden, intermediate_size=intermediate, layer_id=0, top_k=1,
@@ -342,13 +373,13 @@ class SglangNvfp4MoeAlignment:
     A real ``FusedMoE`` at TP 1 holding the rank's experts (:func:`nvfp4_fused_moe`: ``create_weights``'
     intermediate rounding), ``FusedMoE.weight_loader`` for every expert tensor
     (:func:`load_nvfp4_checkpoint`: the per-half placement and zero fill), then
-    ``process_weights_after_loading``.
+    ``process_weights_after_loading``, per the backend's :class:`SglangNvfp4Backend` (:data:`NVFP4_BACKENDS`):
 
-    * TRT-LLM branch (``align_fp4_moe_weights_for_flashinfer_trtllm``): the FlashInfer shuffles inside
+    * a branch with a ``device_call`` (TRT-LLM, ``align_fp4_moe_weights_for_flashinfer_trtllm``): the FlashInfer shuffles inside
       ``prepare_static_weights_for_trtllm_fp4_moe`` are CUDA kernels; the adapter captures that call's
       inputs (the padded, not yet shuffled weights and the intermediate size it is given) and returns
       them; the properties run FlashInfer's shuffle helpers themselves.
-    * CUTLASS branch: runs whole (``swizzle_blockscale`` is pure torch); the swizzled scales are read
+    * a branch without one runs whole (CUTLASS: ``swizzle_blockscale`` is pure torch); the swizzled scales are read
       back with the reference inverse of the 128x4 swizzle, and the intermediate size the kernel sees
       is read off ``w2`` (the CUTLASS runner takes it from the weight shapes).
 
@@ -358,27 +389,30 @@ class SglangNvfp4MoeAlignment:
 
     def align_moe(self, backend: Nvfp4MoeBackend, weights: MoeWeights, gated: bool) -> AlignedMoe:
         e, h, i = weights.w13.shape[0], weights.hidden_size, weights.intermediate_size
+        device_call = NVFP4_BACKENDS[backend].device_call if backend in NVFP4_BACKENDS else None
         with nvfp4_fused_moe(backend, e, h, i, gated) as (m, layer):
             load_nvfp4_checkpoint(layer, weights, gated)
-            if backend is Nvfp4MoeBackend.FLASHINFER_TRTLLM:
-                return self._trtllm(m, layer.quant_method, layer)
+            if device_call is not None:
+                return self._captured(m, device_call, layer)
             layer.quant_method.process_weights_after_loading(layer)
             return self._cutlass(layer, h)
 
     @staticmethod
-    def _trtllm(m: types.SimpleNamespace, method: Any, layer: torch.nn.Module) -> AlignedMoe:
+    def _captured(m: types.SimpleNamespace, device_call: str, layer: torch.nn.Module) -> AlignedMoe:
+        """``process_weights_after_loading`` with ``quant_utils.<device_call>`` (``prepare_static_weights_for_trtllm_fp4_moe``'s
+        signature) replaced by a capture: the padded weights and intermediate size SGLang hands it."""
         captured: dict[str, Any] = {}
 
         def capture(w13, w2, w13_scale, w2_scale, hidden_size, intermediate_size, num_experts, **_: object):
             captured.update(w13=w13, w2=w2, w13_scale=w13_scale, w2_scale=w2_scale, ip=intermediate_size)
             return w13, w13_scale, w2, w2_scale
 
-        with mock.patch.object(m.quant_utils, "prepare_static_weights_for_trtllm_fp4_moe", capture):
-            method.process_weights_after_loading(layer)
+        with mock.patch.object(m.quant_utils, device_call, capture):
+            layer.quant_method.process_weights_after_loading(layer)
         if not captured:
             raise SglangSourceMismatch(
-                "ModelOptNvFp4FusedMoEMethod.process_weights_after_loading did not call "
-                "prepare_static_weights_for_trtllm_fp4_moe under flashinfer_trtllm"
+                f"ModelOptNvFp4FusedMoEMethod.process_weights_after_loading did not call {device_call} "
+                f"under --moe-runner-backend {m.get_moe_runner_backend().value}"
             )
         aligned = MoeWeights(
             w13=captured["w13"], w13_scale=captured["w13_scale"].view(torch.uint8),
@@ -805,6 +839,17 @@ SGLANG_SOURCE = f"https://github.com/sgl-project/sglang/blob/v{SGLANG_VERSION}/p
 """SGLang's source at the adapted release, for ledger entries that cite a line rather than an issue."""
 
 
+TRTLLM_NVFP4 = tuple(b for b, sel in NVFP4_BACKENDS.items() if sel.runner == "flashinfer_trtllm")
+"""The suite's NVFP4 backends SGLang runs on its TRT-LLM branch (static and per-token activation scales)."""
+
+
+def _hidden_left_unpadded(backend: Nvfp4MoeBackend, rule: Callable[[Any], bool]) -> Callable[[Any], bool]:
+    """``rule``, on the shapes whose hidden size SGLang's TRT-LLM branch leaves unpadded on ``backend``
+    (``trtllm_nvfp4_hidden_alignment`` is 1, except 512 for per-token activation scales and non-gated layers)."""
+    per_token = NVFP4_BACKENDS[backend].per_token_activation
+    return lambda shape: (shape.gated or not per_token) and rule(shape)
+
+
 def _gated_rows_not_128(shape: Any) -> bool:
     """A gated NVFP4 layer whose fused FC1 rows ``2I`` the 128x4 scale swizzle would pad."""
     return shape.gated and (2 * shape.intermediate) % 128 != 0
@@ -834,8 +879,9 @@ def _hidden_256_over_128(config: Any) -> bool:
 
 
 def _stacked_hidden_padded(config: Any) -> bool:
-    """A stacked ``[gate; up]`` MXFP4 checkpoint whose hidden size every SGLang MXFP4 backend pads (to 256)."""
-    return config.form is CheckpointForm.STACKED and config.shape.hidden % 256 != 0
+    """A stacked ``[gate; up]`` MXFP4 checkpoint without biases (with biases the adapter loads it as gpt-oss's,
+    :func:`mxfp4_layer`) whose hidden size every SGLang MXFP4 backend pads (to 256)."""
+    return config.form is CheckpointForm.STACKED and not config.bias and config.shape.hidden % 256 != 0
 
 
 def _marlin_refused_hidden(config: Any) -> bool:
@@ -869,26 +915,30 @@ SGLANG_KNOWN_FAILURES: tuple[KnownFailure, ...] = (
             "H = 2880) reaches FlashInfer's FC2 shuffle, which asks callers to zero-pad hidden_size to 128; "
             "found by this suite, not reported upstream",
             f"{SGLANG_SOURCE}/layers/moe/moe_runner/flashinfer_trtllm.py",
-            applies=_hidden_not_128,
+            applies=_hidden_left_unpadded(backend, _hidden_not_128),
             raises=AssertionError,
             match=r"rejected FC2 scales with \d+ rows: input_tensor\.shape\[0\]=\d+ must be a multiple of 128",
-            backend=Nvfp4MoeBackend.FLASHINFER_TRTLLM.value,
+            backend=backend.value,
             check=check,
         )
         for check in ("check_flashinfer_accepts", "check_prepare_round_trip")
+        for backend in TRTLLM_NVFP4
     ),
-    KnownFailure(
-        NVFP4_MOE,
-        "Disputed: SGLang runs static NVFP4 TRT-LLM MoE with H % 256 == 128 unpadded (its docstring: 'Every other "
-        "variant runs unpadded', measured with FlashInfer 0.7.0.post1), FlashInfer 0.7.4's valid_hidden_size "
-        "docstring says 'For NVFP4 the padded hidden_size must be a multiple of 256 (128 gives wrong results)'; "
-        "settled by trtllm_fp4_block_scale_moe on a B200 at H = 2688 against the reference",
-        f"{SGLANG_SOURCE}/layers/moe/moe_runner/flashinfer_trtllm.py",
-        applies=_hidden_128_not_256,
-        raises=AssertionError,
-        match=r"hidden size \d+ is not a multiple of 256 \(FlashInfer 0\.7\.4: 128 gives wrong results\)",
-        backend=Nvfp4MoeBackend.FLASHINFER_TRTLLM.value,
-        check="check_flashinfer_accepts",
+    *(
+        KnownFailure(
+            NVFP4_MOE,
+            "Disputed: SGLang runs NVFP4 TRT-LLM MoE (static, and per-token gated) with H % 256 == 128 unpadded (its docstring: 'Every other "
+            "variant runs unpadded', measured with FlashInfer 0.7.0.post1), FlashInfer 0.7.4's valid_hidden_size "
+            "docstring says 'For NVFP4 the padded hidden_size must be a multiple of 256 (128 gives wrong results)'; "
+            "settled by trtllm_fp4_block_scale_moe on a B200 at H = 2688 against the reference",
+            f"{SGLANG_SOURCE}/layers/moe/moe_runner/flashinfer_trtllm.py",
+            applies=_hidden_left_unpadded(backend, _hidden_128_not_256),
+            raises=AssertionError,
+            match=r"hidden size \d+ is not a multiple of 256 \(FlashInfer 0\.7\.4: 128 gives wrong results\)",
+            backend=backend.value,
+            check="check_flashinfer_accepts",
+        )
+        for backend in TRTLLM_NVFP4
     ),
     *(
         KnownFailure(

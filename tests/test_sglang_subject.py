@@ -296,9 +296,10 @@ def test_sm90_gpt_oss_loader_overflows_at_tp4_in_0_5_23() -> None:
         ss.load_mxfp4_rank(Mxfp4MoeBackend.FLASHINFER_CUTLASS_SM90, ckpt, 4, 0)
 
 
-SPLIT_MULTIPLE = {(Nvfp4MoeBackend.FLASHINFER_TRTLLM, True): 64, (Nvfp4MoeBackend.FLASHINFER_TRTLLM, False): 128}
-"""Per-rank buffer multiple of SGLang's NVFP4 loader split (``create_weights``' TRT-LLM rounding); CUTLASS
-allocates ``I/tp`` and splits evenly (multiple 1)."""
+SPLIT_MULTIPLE = {("flashinfer_trtllm", True): 64, ("flashinfer_trtllm", False): 128}
+"""Per-rank buffer multiple of SGLang's NVFP4 loader split by ``--moe-runner-backend`` and gating
+(``create_weights``' TRT-LLM rounding, per-token activation or not); CUTLASS allocates ``I/tp`` and splits
+evenly (multiple 1)."""
 
 
 @settings(max_examples=6, deadline=None)
@@ -316,7 +317,7 @@ def test_loader_split_is_the_modelled_split(model: str, tp: int, backend: Nvfp4M
     gated, size = m.activation.gated, m.moe_intermediate
     if size % tp:
         return  # SGLang asserts intermediate_size % moe_tp_size == 0
-    multiple = SPLIT_MULTIPLE.get((backend, gated), 1)
+    multiple = SPLIT_MULTIPLE.get((ss.NVFP4_BACKENDS[backend].runner, gated), 1)
     per_rank = padded_split(size, tp, multiple)
     ip = round_up(size // tp, multiple)
     g = torch.Generator().manual_seed(size * tp)
