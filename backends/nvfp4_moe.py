@@ -19,7 +19,9 @@ from typing import Any, ClassVar
 
 import torch
 
+from adapters import b12x
 from adapters import flashinfer as fi
+from adapters import flashinfer_cutedsl as cutedsl
 from adapters import flashinfer_moe_kernels as kernels
 from backends import BackendRecord, register
 from contracts.moe import NVFP4_MOE
@@ -35,6 +37,8 @@ class Nvfp4MoeBackend(enum.Enum):
     FLASHINFER_TRTLLM = "flashinfer-trtllm"  # trtllm_fp4_block_scale_moe (SM100)
     FLASHINFER_CUTLASS = "flashinfer-cutlass"  # cutlass_fused_moe NVFP4 (SM100+)
     FLASHINFER_TRTLLM_PER_TOKEN = "flashinfer-trtllm-per-token"  # trtllm-gen, dynamic per-token activation scale
+    FLASHINFER_CUTEDSL = "flashinfer-cutedsl"  # cute_dsl_fused_moe w4a4 (SM100/SM103)
+    B12X = "b12x"  # the b12x library's fused MoE, W4A4 (SM120/SM121)
 
 
 @dataclass(frozen=True)
@@ -219,4 +223,53 @@ the default (untuned) tactic is concerned; since that is how vLLM runs the layer
 No kernel runner: the suite's trtllm-gen runner passes per-tensor activation scales, so this record's
 kernel property is not written (its kernel would need ``sm100``)."""
 
-register(*RECORDS, PER_TOKEN_RECORD)
+CUTEDSL_RECORD = Nvfp4MoeRecord(
+    member=Nvfp4MoeBackend.FLASHINFER_CUTEDSL,
+    contract=CONTRACT,
+    entry_point="flashinfer.fused_moe.cute_dsl_fused_moe (quant_mode='w4a4', swap_ab=False)",
+    sources=(
+        "flashinfer-python 0.7.4 flashinfer/fused_moe/cute_dsl/fused_moe.py",
+        "flashinfer-python 0.7.4 flashinfer/fused_moe/cute_dsl/blockscaled_contiguous_gather_grouped_gemm_act_fusion.py",
+        "vllm 0.33.0 vllm/model_executor/layers/quantization/utils/flashinfer_fp4_moe.py",
+        "https://github.com/NVIDIA/TensorRT-LLM/pull/18520",
+    ),
+    fc1_layout=Fc1Layout.UP_GATE,
+    intermediate_multiple=64,
+    intermediate_multiple_non_gated=128,
+    hidden_multiple=256,
+    violations=cutedsl.cutedsl_nvfp4_violations,
+    prepare=cutedsl.cutedsl_fp4_weights,
+)
+"""FlashInfer's CuteDSL NVFP4 MoE (vLLM 0.33.0 ``FLASHINFER_CUTEDSL``).
+
+The contract's ``[up; gate]`` halves, padded per half, are what it starts from; its preparation
+(``prepare``: :func:`adapters.flashinfer_cutedsl.cutedsl_fp4_weights`) regroups gated FC1 rows into 64-row
+up/gate groups and 128x4-swizzles the scales. GEMM1's ``F·Ip % 128`` gives the same ``Ip`` multiples as
+trtllm-gen (64 gated, 128 non-gated), and its K tile the hidden 256. A padding that ends the fused block
+(the TensorRT-LLM #18520 loader: CuteDSL raised "rows of Interleaved block scales should be multiple of
+128", CUTLASS mispaired silently) is ``bad-end-padding``'s bug. No kernel runner: the kernels are CuTe DSL
+programs for SM100/SM103 (``sm100``) that the suite does not drive yet."""
+
+B12X_RECORD = Nvfp4MoeRecord(
+    member=Nvfp4MoeBackend.B12X,
+    contract=CONTRACT,
+    entry_point="b12x.moe.fused_moe.prepare_weights (vLLM B12xExperts, quant mode 'nvfp4')",
+    sources=(
+        "vllm 0.33.0 vllm/model_executor/layers/quantization/utils/b12x_moe.py",
+        "vllm 0.33.0 vllm/model_executor/layers/fused_moe/b12x.py",
+    ),
+    fc1_layout=Fc1Layout.GATE_UP,
+    intermediate_multiple=64,
+    intermediate_multiple_non_gated=128,
+    hidden_multiple=16,
+    violations=b12x.b12x_nvfp4_violations,
+)
+"""The ``b12x`` library's NVFP4 MoE (vLLM 0.33.0 ``B12X``, SM120/SM121).
+
+Its kernel reads W4A4 FC1 as ``[gate; up]`` (b12x's ``"w31"``): the contract's ``[up; gate]`` is swapped
+by the engine. Each gated half goes to 64 so the 128x4 scale swizzle adds no FC1 rows; a non-gated layer
+to 128; the hidden size only to whole NVFP4 blocks (:func:`adapters.b12x.b12x_nvfp4_violations`). No
+preparation the suite can undo on CPU and no kernel runner (the kernel needs an SM120 GPU, which the
+suite's hardware markers do not name)."""
+
+register(*RECORDS, PER_TOKEN_RECORD, CUTEDSL_RECORD, B12X_RECORD)

@@ -29,7 +29,7 @@ from typing import Any
 from bench.detection import GOAL_RATE, GOAL_SEEDS, Draws, detect, properties
 from harness.hardware import machine
 from harness.inputs import guard_inputs
-from subjects.registry import Subject, known_bad, resolve
+from subjects.registry import Subject, builtin, known_bad, resolve
 
 ROOT = Path(__file__).resolve().parent.parent
 VERSIONS = ("torch", "hypothesis", "flashinfer-python", "amd-aiter", "vllm")
@@ -57,25 +57,44 @@ def run_suite(
         return stats
 
 
-def grid_catches(subject: Subject, contract: str, configs: list[Any]) -> tuple[bool, str | None]:
-    """Whether any property of ``contract`` (its check on the backends its test runs against,
-    :func:`bench.detection.properties`) fails for ``subject`` on any grid configuration.
+GRID_VERDICTS = ("caught", "missed", "suite error")
+"""A grid's verdict on a subject: a check failed for it on a point where the built-in subject passes;
+no check failed; or a check failed for the built-in subject too (a fault of the suite or of the grid
+mapping, never counted as a catch)."""
 
-    Checks that need absent hardware or libraries raise ``LibraryUnavailable`` and count as not run.
+
+def grid_catches(subject: Subject, contract: str, configs: list[Any]) -> tuple[str, str | None]:
+    """The grid verdict (:data:`GRID_VERDICTS`) of ``subject`` on ``configs``, and how it was reached.
+
+    Every property of ``contract`` (its check on the backends its test runs against,
+    :func:`bench.detection.properties`) runs on every configuration it takes. A failure is a catch
+    only if the same check passes for the built-in subject on that configuration and backend: a
+    check that cannot run there (a backend without a preparation step, say) fails for both and is
+    no evidence against the subject. Checks that need absent hardware or libraries raise
+    ``LibraryUnavailable`` and count as not run.
     """
     from contracts.errors import LibraryUnavailable
 
-    policy = guard_inputs(subject.policy(contract))
+    policy, correct = (guard_inputs(s.policy(contract)) for s in (subject, builtin()))
     pairs = list({(p.check, p.backend): None for p in properties(contract)})
+    error = None
     for config in configs:
         for fn, backend in ((f, b) for f, b in pairs if isinstance(config, f.__fp4_check__[1])):
+            where = f"{fn.__name__}[{getattr(backend, 'value', '-')}] on {config}"
             try:
                 fn(config, backend, policy)
             except LibraryUnavailable:
                 continue
-            except Exception as exc:  # noqa: BLE001 - any failure of a check is a catch
-                return True, f"{fn.__name__}[{getattr(backend, 'value', '-')}] on {config}: {type(exc).__name__}"
-    return False, None
+            except Exception as exc:  # noqa: BLE001 - any failure of a check is a catch ...
+                try:
+                    fn(config, backend, correct)
+                except LibraryUnavailable:
+                    continue
+                except Exception as also:  # noqa: BLE001 - ... unless the built-in subject fails it too
+                    error = error or f"{where}: built-in subject fails too ({type(also).__name__})"
+                    continue
+                return "caught", f"{where}: {type(exc).__name__}"
+    return ("suite error", error) if error else ("missed", None)
 
 
 def throughput(seed: int = 0) -> list[dict[str, Any]]:
@@ -104,6 +123,20 @@ def _rate(f: dict[str, Any]) -> str:
         return "—"
     failing, examples = map(int, f["failing_examples"].split("/"))
     return f"{100 * failing / examples:.1f} % ({f['failing_examples']})"
+
+
+def grid_hits(report: dict[str, Any], subject: str) -> tuple[list[str], int]:
+    """The fixed grids that catch ``subject``, and how many grids ran on it."""
+    hits = [g["name"] for g in report["grids"] if g["catches"].get(subject) == "caught"]
+    return hits, sum(subject in g["catches"] for g in report["grids"])
+
+
+def _grids(report: dict[str, Any], subject: str, shown: int = 2) -> str:
+    hits, runs = grid_hits(report, subject)
+    if not runs:
+        return "—"
+    names = ", ".join(hits[:shown]) + (f", … (+{len(hits) - shown})" if len(hits) > shown else "")
+    return f"{len(hits)} of {runs}" + (f": {names}" if hits else "")
 
 
 def markdown(report: dict[str, Any]) -> str:
@@ -141,16 +174,26 @@ def markdown(report: dict[str, Any]) -> str:
     ]
     out += ["", "## Fixed grids: which known-bad subjects each catches", ""]
     out += ["| grid | source | distinct shapes run | catches | misses |", "|---|---|---|---|---|"]
+    errors = []
     for g in report["grids"]:
         verdicts = {k: v for k, v in g["catches"].items() if ":" not in k}
         caught = ", ".join(k for k, v in verdicts.items() if v == "caught") or "—"
         missed = ", ".join(k for k, v in verdicts.items() if v == "missed") or "—"
         out.append(f"| {g['name']} | {g['source']} | {g['points']} | {caught} | {missed} |")
+        errors += [
+            f"- {g['name']}, {k}: {g['catches'].get(k + ':how')}" for k, v in verdicts.items() if v == "suite error"
+        ]
+    if errors:
+        out += [
+            "",
+            "Checks that fail for the built-in subject too on a grid point (not counted as catches):",
+            "",
+            *errors,
+        ]
     out += ["", "Per known-bad subject, the grids that catch it:", ""]
     for r in report["suite"]:
-        hits = [g["name"] for g in report["grids"] if g["catches"].get(r["subject"]) == "caught"]
-        runs = [g for g in report["grids"] if r["subject"] in g["catches"]]
-        out.append(f"- {r['subject']}: {len(hits)} of {len(runs)} grids ({', '.join(hits) or 'none'})")
+        hits, runs = grid_hits(report, r["subject"])
+        out.append(f"- {r['subject']}: {len(hits)} of {runs} grids ({', '.join(hits) or 'none'})")
     if report["throughput"]:
         out += ["", "## Throughput (built-in subject, ci profile)", "", "| property | examples | s | examples/s |"]
         out += ["|---|---|---|---|"]
@@ -181,17 +224,19 @@ def readme_section(report: dict[str, Any]) -> str:
         "",
         f"Over {seeds} seeds per subject: caught seeds, then median / worst examples to the first failure "
         f"(`>{budget}`: not within the budget). Rates: failing / generated examples of the best property over "
-        f"{report['rate_seeds']} seeds x {budget} examples.",
+        f"{report['rate_seeds']} seeds x {budget} examples. Fixed grids: of the FlashInfer and vLLM test grids "
+        "(`bench/grids.py`) run on the subject's contracts, those on which a check fails for the subject and "
+        "passes for the built-in one.",
         "",
         "| known-bad subject | with pins (ci) | ci without pins (25 examples) | generation rate "
-        "| search power (after the prefix) | search-power rate | falls short |",
-        "|---|---|---|---|---|---|---|",
+        "| search power (after the prefix) | search-power rate | fixed grids that catch it | falls short |",
+        "|---|---|---|---|---|---|---|---|",
     ]
     for r in report["suite"]:
         out.append(
             f"| `{r['subject']}` | {_figure(r['with_pins'])} | {_figure(r['ci_without_pins'])} "
             f"| {_rate(r['generation'])} | {_figure(r['search_power'])} | {_rate(r['search_power'])} "
-            f"| {r['shortfall'] or '—'} |"
+            f"| {_grids(report, r['subject'])} | {r['shortfall'] or '—'} |"
         )
     return "\n".join([*out, README_END])
 
@@ -246,8 +291,7 @@ def run(
         for s in chosen:
             if s.policy(contract) is None:
                 continue
-            caught, how = grid_catches(s, contract, configs)
-            catches[s.name] = "caught" if caught else "missed"
+            catches[s.name], how = grid_catches(s, contract, configs)
             if how:
                 catches[s.name + ":how"] = how
         grids.append({"name": grid.name, "source": grid.source, "points": len(configs), "catches": catches})

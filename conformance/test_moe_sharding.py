@@ -21,6 +21,7 @@ import torch
 from hypothesis import given
 
 from conformance.moe_checks import assert_embedded, assert_shapes, pad_rule
+from contracts.errors import UnsupportedConfig
 from contracts.moe import AlignedMoe, MoeWeights, relayout_moe
 from contracts.moe_sharding import CONTRACT, MoeSharding, RankShard, ShardRefused
 from harness.repro import check, record_event, run_check
@@ -61,11 +62,16 @@ def global_layer(config: ShardingConfig) -> MoeCase:
 
 
 def shard_checked(config: ShardingConfig, policy: MoeSharding, weights: MoeWeights) -> tuple[RankShard, ...] | None:
-    """The policy's shards; a refusal is accepted (None) only where an even split would cut a group."""
+    """The policy's shards; a refusal is accepted (None) only where an even split would cut a group. A
+    policy without a loader for the checkpoint's form (an engine that serves no such checkpoint) raises
+    :class:`~contracts.errors.UnsupportedConfig`: recorded as an event, not a verdict."""
     part, rem = divmod(config.intermediate, config.tp)
     cuts = rem != 0 or part % config.block != 0
     try:
         shards = tuple(policy.shard_moe(weights, config.gated, config.tp))
+    except UnsupportedConfig as exc:
+        record_event(f"checkpoint form not served: {exc}")
+        return None
     except ShardRefused as exc:
         assert cuts, f"policy refused a split that keeps whole {config.block}-groups ({config.describe()}): {exc}"
         record_event("refused (an even split would cut a group)")
@@ -150,6 +156,11 @@ def check_ranks_sum_to_layer(config: ShardingConfig, backend: None, policy: MoeS
     want, mag = partial_output(case.weights, case, config)
     got = torch.zeros_like(want)
     for r, s in enumerate(shards):
+        buffer, g = s.weights.intermediate_size, config.block
+        assert buffer % g == 0, (
+            f"rank {r}'s buffer of {buffer} channels is not a whole number of {g}-element groups: its FC2 scales "
+            f"cover {buffer // g * g} of them, so its channels and scales cannot line up (docs/vllm-logic.md §15)"
+        )
         part, _ = partial_output(s.weights, case, config)
         assert s.real > 0 or not part.any(), f"empty rank {r} contributes {part.abs().max().item():.4g}"
         got += part

@@ -3,7 +3,9 @@
 Protocol (:class:`MoeSharding`): ``shard_moe(weights, gated, tp)`` gets the checkpoint's global
 expert weights (:class:`~contracts.moe.MoeWeights`, FC1 rows in ``weights.fc1_layout``: stacked
 ``[gate; up]`` or gpt-oss's row-interleaved pairs) and returns every rank's :class:`RankShard`, or
-raises :class:`ShardRefused` with its own message for a degree it cannot split.
+raises :class:`ShardRefused` with its own message for a degree it cannot split. An engine without a
+loader for a checkpoint's form (no such checkpoint exists for it) raises
+:class:`~contracts.errors.UnsupportedConfig`; the properties record that example as not served.
 
 A rank holds ``real`` intermediate channels starting at global channel ``offset`` (FC1 rows of
 both projections, FC2 columns and their scales), zero-padded to a ``buffer`` every rank shares

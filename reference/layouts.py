@@ -114,6 +114,24 @@ def gated_reorder(rows: int) -> torch.Tensor:
     return torch.arange(rows).view(2, rows // 2).t().reshape(rows)
 
 
+def grouped_gate_up_interleave(rows: int, group: int) -> torch.Tensor:
+    """Row indices of a gated FC1 interleaved in groups of ``group`` rows: ``[a; b]`` (two halves of
+    ``M/2`` rows) becomes ``[a_0..a_{g-1}, b_0..b_{g-1}, a_g..a_{2g-1}, b_g.., ...]``.
+
+    ``out[2g·j + g·h + t] = x[h·M/2 + g·j + t]`` for half ``h``, group ``j``, row ``t < g``; i.e.
+    ``arange(M).view(2, M/(2g), g).transpose(0, 1)``. The FC1 layout of FlashInfer's CuteDSL NVFP4 MoE
+    (``cute_dsl_fused_moe``: "interleaved 64-row up/gate pair", ``swap_ab=False``; 16-row groups with
+    ``swap_ab=True``), built from ``[up; gate]``. Requires ``M % 2g == 0`` (every group whole).
+    """
+    require(group >= 1, f"grouped gate/up interleave: group must be >= 1, got {group}")
+    if rows % (2 * group):
+        raise ShapeContractError(
+            f"grouped gate/up interleave: rows = {rows} must be a multiple of 2 x {group} "
+            f"(each half a whole number of {group}-row groups)"
+        )
+    return torch.arange(rows).view(2, rows // (2 * group), group).transpose(0, 1).reshape(rows)
+
+
 def fc1_permutation(
     rows: int, gated: bool, scales: bool, epilogue_tile_m: int = TRTLLM_EPILOGUE_TILE_M
 ) -> torch.Tensor:

@@ -58,6 +58,12 @@ SPECIAL_SIZES: dict[str, tuple[int, ...]] = {
 WHERE = ("at", "below", "above", "half")
 """Where a drawn size lies relative to ``k·m``: on it, one unit below or above, or ``m/2`` past it."""
 
+SIDES = ("at", "half", "below", "half", "above")
+""":data:`WHERE` as drawn: half-way twice as often as each other side. ``k·m + m/2`` is the residue
+class where a rule reading ``m`` and one reading ``m/2`` disagree (a guard checking ``cols % 4``
+for ``% 8``, a padding to 64 for 128: the commonest wrong rule among the known-bad subjects), while
+on / one off the boundary only separate ``m`` from its multiples and from any rule at all."""
+
 
 def moduli_for(rule: str, *, unit: int = 1, scale: int = 1) -> tuple[tuple[int, ...], tuple[int, ...]]:
     """``(rule's own moduli times scale, generic moduli)`` that are multiples of ``unit``."""
@@ -83,7 +89,8 @@ def boundary_sizes(
 
     ``moduli`` is ``(rule's own, generic)`` (:func:`moduli_for`); a modulus ``m`` is drawn from
     the rule's own half of the time, so each rule's boundary is hit often. With a multiple ``k``
-    in ``[1, max_multiple]`` and a side in :data:`WHERE` the size is :func:`straddle` of them;
+    in ``[1, max_multiple]`` and a side in :data:`WHERE` (drawn as :data:`SIDES`: half-way two
+    times in five) the size is :func:`straddle` of them;
     ``special`` sizes are drawn as they are. Shrinks to the rule's smallest modulus, ``k = 1``
     and the size on the boundary (``m`` itself), then to the nearest side that still fails: a
     counterexample reads as "one unit below 2·128".
@@ -92,5 +99,5 @@ def boundary_sizes(
     if unit < 1 or max_multiple < 1 or not (own or generic) or any(m % unit for m in own + generic):
         raise ValueError(f"boundary_sizes: unit {unit}, moduli {own + generic} must be positive multiples of unit")
     modulus = st.one_of(*(st.sampled_from(ms) for ms in (own, generic) if ms))
-    sizes = st.builds(straddle, st.just(unit), modulus, st.integers(1, max_multiple), st.sampled_from(WHERE))
+    sizes = st.builds(straddle, st.just(unit), modulus, st.integers(1, max_multiple), st.sampled_from(SIDES))
     return st.one_of(sizes, st.sampled_from(tuple(special))) if special else sizes

@@ -208,7 +208,7 @@ GUARD_RULES = ("rows", "cols", "forced rows")
 ``cols % 8``, and the row counts vLLM forces to Triton."""
 
 
-_ROWS = boundary_sizes(unit=1, moduli=moduli_for(ROWS_RULE))
+_ROWS = boundary_sizes(unit=1, moduli=moduli_for(ROWS_RULE), special=SPECIAL_SIZES[ROWS_RULE])
 _COLS = boundary_sizes(unit=1, moduli=moduli_for(COLS_RULE))
 _WHOLE_ROWS = st.integers(1, 64).map(lambda a: 32 * a)
 _WHOLE_COLS = st.integers(1, 64).map(lambda a: 8 * a)
@@ -219,7 +219,8 @@ def guard_boundary_scales(draw: st.DrawFn) -> tuple[int, int]:
     """A 2-D scale shape ``(rows, cols)`` straddling one rule of the ASM guard while the others hold.
 
     ``rows``: rows on, one off and half-way between multiples of 32 and the powers of two up to
-    256 (:func:`strategies.boundaries.boundary_sizes`), cols a multiple of 8; ``cols``: cols
+    256 (:func:`strategies.boundaries.boundary_sizes`), or a row count a rule singles out (96), cols
+    a multiple of 8; ``cols``: cols
     likewise around multiples of 8 (``cols ≡ 4 (mod 8)`` included), rows a multiple of 32;
     ``forced rows``: a row count vLLM sends to Triton (96), cols a multiple of 8 (so only that rule
     decides). Shrinks to the ``rows`` rule at 32 rows, 8 columns.
@@ -275,9 +276,9 @@ class ScaleShapeCase(Config):
 
 
 SCALE_SHAPE_KINDS = ("layer", "boundary", "boundary", "boundary", "not-2-D")
-"""Where a guard's scale shape comes from: three in five on the guard's boundaries
-(:func:`guard_boundary_scales`), one rank-local layer (:func:`linear_shapes`: catalogued and
-adversarial), one not 2-D."""
+"""Where a guard's scale shape comes from, drawn with ``sampled_from`` (``integers`` over the
+indices favours the ends): three in five on the guard's boundaries (:func:`guard_boundary_scales`),
+one rank-local layer (:func:`linear_shapes`: catalogued and adversarial), one not 2-D."""
 
 
 @st.composite
@@ -288,7 +289,7 @@ def scale_shapes(draw: st.DrawFn) -> ScaleShapeCase:
     Empty scales are not drawn: ``(0, c)`` passes vLLM's modulo checks and torch's view, but no
     layer has zero rows (``asm_scale_swizzle_ok`` rejects it).
     """
-    kind = SCALE_SHAPE_KINDS[draw(st.integers(0, len(SCALE_SHAPE_KINDS) - 1))]
+    kind = draw(st.sampled_from(SCALE_SHAPE_KINDS))
     if kind == "layer":
         s = draw(linear_shapes())
         return ScaleShapeCase(tuple(s.scale_shape), f"{s.model} {s.layer} TP={s.tp} {s.parallel.value}")

@@ -15,7 +15,9 @@ adapter's docstring:
   from ``apply_weights``' source);
 * ``mxfp4_moe``: :class:`SglangMxfp4MoeAlignment` (``Mxfp4MoEMethod`` per backend: ``create_weights``'
   rounding, the gpt-oss and the stacked per-expert loaders' placement, ``process_weights_after_loading``
-  with its GPU-only layout calls passed through).
+  with its GPU-only layout calls passed through);
+* ``moe_sharding``: :class:`subjects.sglang_sharding.SglangMoeSharding` (``FusedMoE.weight_loader`` of a
+  real ``FusedMoE`` per rank, :func:`load_nvfp4_rank`).
 
 How SGLang's loaders split a checkpoint over TP ranks is :func:`load_nvfp4_rank` (whole padded blocks
 under TRT-LLM, modelled by ``reference.sizes.padded_split``) and :func:`load_mxfp4_rank` (gpt-oss's whole
@@ -53,6 +55,7 @@ from backends.nvfp4_moe import CONTRACT as NVFP4_MOE
 from backends.nvfp4_moe import Nvfp4MoeBackend
 from contracts.errors import LibraryUnavailable, UnsupportedConfig
 from contracts.moe import AlignedMoe, MoeWeights, relayout_moe
+from contracts.moe_sharding import CONTRACT as MOE_SHARDING
 from contracts.mxfp4_linear import CONTRACT as MXFP4_LINEAR
 from contracts.mxfp4_linear import PreparedMxfp4Linear
 from reference.formats import MxScaleRounding
@@ -60,6 +63,7 @@ from reference.layouts import Fc1Layout, aiter_shuffle_weight, unswizzle_128x4
 from reference.sizes import round_up
 from strategies.catalog import CheckpointForm
 from subjects.registry import KnownFailure, Subject, register_subject
+from subjects.sglang_sharding import SglangMoeSharding
 from subjects.vllm import QUANTIZER_ROUNDING
 
 SGLANG_VERSION = "0.5.23"
@@ -1016,6 +1020,7 @@ register_subject(
             NVFP4_MOE: SglangNvfp4MoeAlignment(),
             MXFP4_LINEAR: SglangQuarkMxfp4Linear(),
             MXFP4_MOE: SglangMxfp4MoeAlignment(),
+            MOE_SHARDING: SglangMoeSharding(),
         },
         known_failures=SGLANG_KNOWN_FAILURES,
         missing=sglang_missing,

@@ -15,7 +15,10 @@ docstring:
   uses, checked against its source); it is also the linear policy, so its dense shared expert
   meets vLLM's own ASM guard;
 * ``mxfp4_moe``: :class:`VllmMxfp4MoeAlignment` (sizes from
-  ``mxfp4_round_up_hidden_size_and_intermediate_size``; placement from the suite).
+  ``mxfp4_round_up_hidden_size_and_intermediate_size``; placement from the suite);
+* ``moe_sharding``: :class:`subjects.vllm_sharding.VllmMoeSharding` (vLLM's MoE weight loaders for
+  every rank: ``RoutedExperts.weight_loader`` for ModelOpt NVFP4 and Quark OCP-MX MXFP4 experts,
+  ``GptOssModel._load_weights_mxfp4`` for gpt-oss's fused row-interleaved MXFP4 experts).
 
 Upstream bugs of vLLM 0.33.0 that properties catch are listed in :data:`VLLM_KNOWN_FAILURES`.
 """
@@ -38,6 +41,7 @@ from unittest import mock
 import torch
 
 from adapters import aiter_triton
+from adapters import flashinfer_cutedsl as cutedsl
 from adapters.aiter import AiterUnavailable
 from backends import records
 from backends.kernel_defects import AITER_LINEAR_DEFECTS, covering
@@ -48,15 +52,23 @@ from backends.nvfp4_moe import CONTRACT as NVFP4_MOE
 from backends.nvfp4_moe import Nvfp4MoeBackend
 from contracts.errors import UnsupportedConfig
 from contracts.moe import AlignedMoe, MoeWeights
+from contracts.moe_sharding import CONTRACT as MOE_SHARDING
 from contracts.mxfp4_linear import CONTRACT as MXFP4_LINEAR
 from contracts.mxfp4_linear import PreparedMxfp4Linear
 from contracts.shared_expert import CONTRACT as SHARED_EXPERT
 from contracts.shared_expert import SharedExpertPlacement, SharedExpertRefused, SharedExpertSetup
 from reference.formats import MxScaleRounding
-from reference.layouts import aiter_shuffle_weight, swap_halves, unswizzle_128x4
+from reference.layouts import (
+    aiter_shuffle_weight,
+    grouped_gate_up_interleave,
+    inverse_permutation,
+    swap_halves,
+    unswizzle_128x4,
+)
 from reference.sizes import round_up
 from subjects.mxfp4_moe import BuiltinMxfp4MoeAlignment
 from subjects.registry import KnownFailure, Subject, register_subject
+from subjects.vllm_sharding import VllmMoeSharding, cuts_groups_per_projection
 
 
 class VllmUnavailable(RuntimeError):
@@ -81,6 +93,7 @@ def vllm_modules() -> types.SimpleNamespace:
     try:
         importlib.import_module("vllm.model_executor.layers.fused_moe")  # must come first
         ffm = importlib.import_module("vllm.model_executor.layers.quantization.utils.flashinfer_fp4_moe")
+        b12x_moe = importlib.import_module("vllm.model_executor.layers.quantization.utils.b12x_moe")
         fiu = importlib.import_module("vllm.model_executor.layers.quantization.utils.flashinfer_utils")
         nvfp4_oracle = importlib.import_module("vllm.model_executor.layers.fused_moe.oracle.nvfp4")
         activation = importlib.import_module("vllm.model_executor.layers.fused_moe.activation")
@@ -96,6 +109,7 @@ def vllm_modules() -> types.SimpleNamespace:
         ) from exc
     return types.SimpleNamespace(
         ffm=ffm,
+        b12x_moe=b12x_moe,
         fiu=fiu,
         NvFp4MoeBackend=nvfp4_oracle.NvFp4MoeBackend,
         MoEActivation=activation.MoEActivation,
@@ -142,6 +156,8 @@ VLLM_NVFP4_BACKENDS: dict[Nvfp4MoeBackend, tuple[str, bool]] = {
     Nvfp4MoeBackend.FLASHINFER_TRTLLM: ("FLASHINFER_TRTLLM", False),
     Nvfp4MoeBackend.FLASHINFER_CUTLASS: ("FLASHINFER_CUTLASS", False),
     Nvfp4MoeBackend.FLASHINFER_TRTLLM_PER_TOKEN: ("FLASHINFER_TRTLLM", True),
+    Nvfp4MoeBackend.FLASHINFER_CUTEDSL: ("FLASHINFER_CUTEDSL", False),
+    Nvfp4MoeBackend.B12X: ("B12X", False),
 }
 """The suite's NVFP4 MoE backends as vLLM's ``NvFp4MoeBackend`` members and whether the layer's
 activation scale is per-token (ModelOpt ``kNvfp4DynamicToken``: ``ModelOptNvFp4FusedMoE.per_token_activation``).
@@ -149,7 +165,7 @@ A backend without an entry raises ``KeyError``: the engine mapping is where a ne
 
 
 class VllmNvfp4MoeAlignment:
-    """``prepare_nvfp4_moe_layer_for_fi_or_cutlass`` (vLLM) for FlashInfer TRT-LLM and CUTLASS.
+    """vLLM's NVFP4 MoE weight preparation per backend (:data:`VLLM_NVFP4_BACKENDS`), read back in the contract's form.
 
     * FLASHINFER_TRTLLM branch: vLLM pads the hidden size and aligns the intermediate size, then
       calls ``prepare_static_weights_for_trtllm_fp4_moe`` whose 128x4 interleave is a CUDA kernel.
@@ -161,6 +177,17 @@ class VllmNvfp4MoeAlignment:
     * CUTLASS branch: ``swizzle_blockscale`` ends with ``.cuda()``; on a machine without CUDA the
       adapter makes ``Tensor.cuda`` the identity for the duration of the call, and reads the
       swizzled scales back with the reference inverse.
+    * FLASHINFER_CUTEDSL: ``prepare_nvfp4_moe_layer_for_flashinfer_cutedsl`` (its own function, which swaps
+      ``[w1; w3]`` itself, pads per half to 64 / 128 and the hidden size to 256, regroups gated FC1 rows
+      into 64-row up/gate groups and swizzles the scales), under the same ``Tensor.cuda`` identity. The
+      padded sizes are the ones it records in the layer's ``moe_config``; the adapter undoes the swizzle
+      and the regrouping with the reference inverses (``unswizzle_128x4``, the inverse of
+      ``grouped_gate_up_interleave``), so a misplaced row shows up as a padding-invariance failure.
+    * B12X: ``prepare_nvfp4_moe_layer_for_b12x`` (``quantization/utils/b12x_moe.py``) as
+      ``convert_to_nvfp4_moe_kernel_format`` calls it for W4A4 (``reorder_w13=False``: b12x reads
+      ``[w1; w3]``, its ``"w31"``), under the ``Tensor.cuda`` identity; the swizzled scales are read back
+      with the reference inverse and the halves swapped back to ``[up; gate]``. Nothing of the ``b12x``
+      library runs: vLLM pads and swizzles before b12x sees the weights.
     """
 
     def align_moe(self, backend: Nvfp4MoeBackend, weights: MoeWeights, gated: bool) -> AlignedMoe:
@@ -179,6 +206,8 @@ class VllmNvfp4MoeAlignment:
         branches = {
             "FLASHINFER_TRTLLM": lambda: self._trtllm(v, layer, args, gated, per_token),
             "FLASHINFER_CUTLASS": lambda: self._cutlass(v, args, gated, h),
+            "FLASHINFER_CUTEDSL": lambda: self._cutedsl(v, layer, args, gated),
+            "B12X": lambda: self._b12x(v, args, gated, h),
         }
         return branches[member]()
 
@@ -222,6 +251,41 @@ class VllmNvfp4MoeAlignment:
         aligned = MoeWeights(
             w13=w13,
             w13_scale=unswizzle_128x4(w13_scale.view(torch.uint8), rows, hidden // 16),
+            w2=w2,
+            w2_scale=unswizzle_128x4(w2_scale.view(torch.uint8), hidden, ip // 16),
+            block=16,
+        )
+        return AlignedMoe(aligned, ip, hidden)
+
+    @staticmethod
+    def _cutedsl(v: types.SimpleNamespace, layer: types.SimpleNamespace, args: tuple, gated: bool) -> AlignedMoe:
+        with _cuda_as_identity():  # args hold vLLM's [w1; w3]; the function swaps to [up; gate] itself
+            out = v.ffm.prepare_nvfp4_moe_layer_for_flashinfer_cutedsl(*args)
+        w13, w13_scale, _, _, w2, w2_scale, _, _ = (t.cpu() for t in out)
+        cfg = layer.moe_config
+        ip, hp, rows = cfg.intermediate_size_per_partition, cfg.hidden_dim, w13.shape[1]
+        inverse = (
+            inverse_permutation(grouped_gate_up_interleave(rows, cutedsl.FC1_GROUP)) if gated else torch.arange(rows)
+        )
+        aligned = MoeWeights(
+            w13=w13[:, inverse],
+            w13_scale=unswizzle_128x4(w13_scale.view(torch.uint8), rows, hp // 16)[:, inverse],
+            w2=w2,
+            w2_scale=unswizzle_128x4(w2_scale.view(torch.uint8), hp, ip // 16),
+            block=16,
+        )
+        return AlignedMoe(aligned, ip, hp)
+
+    @staticmethod
+    def _b12x(v: types.SimpleNamespace, args: tuple, gated: bool, hidden: int) -> AlignedMoe:
+        with _cuda_as_identity():  # args hold vLLM's [w1; w3], which b12x's W4A4 path keeps
+            out = v.b12x_moe.prepare_nvfp4_moe_layer_for_b12x(*args[1:], is_act_and_mul=gated, reorder_w13=False)
+        w13, w13_scale, _, _, w2, w2_scale, _, _ = (t.cpu() for t in out)
+        rows, ip = w13.shape[1], 2 * w2.shape[2]
+        w13_scale = unswizzle_128x4(w13_scale.view(torch.uint8), rows, hidden // 16)
+        aligned = MoeWeights(
+            w13=swap_halves(w13) if gated else w13,
+            w13_scale=swap_halves(w13_scale) if gated else w13_scale,
             w2=w2,
             w2_scale=unswizzle_128x4(w2_scale.view(torch.uint8), hidden, ip // 16),
             block=16,
@@ -637,6 +701,29 @@ VLLM_KNOWN_FAILURES: tuple[KnownFailure, ...] = (
     ),
 )
 
+VLLM_GROUP_CUT = (
+    "RoutedExperts.weight_loader narrows each per-projection checkpoint tensor by its own size / tp: weights "
+    "at r·I/tp, block scales at r·floor(I/(g·tp)) groups, so an even split with (I/tp) % g != 0 cuts scale groups "
+    "and pairs later ranks' channels with the wrong scales (ModelOpt NVFP4: Nemotron-3-Nano I = 1856 at TP8, "
+    "Gemma-4-26B-A4B I = 704 at TP8; the same generic path loads Quark OCP-MX MXFP4 experts); open fix: PR #49951"
+)
+
+VLLM_SHARDING_FAILURES: tuple[KnownFailure, ...] = tuple(
+    KnownFailure(
+        MOE_SHARDING,
+        VLLM_GROUP_CUT,
+        "https://github.com/vllm-project/vllm/issues/49949",
+        applies=cuts_groups_per_projection,
+        raises=AssertionError,
+        match=match,
+        check=check,
+    )
+    for check, match in (
+        ("check_every_element_on_one_rank", r"which cut a \d+-element scale group"),
+        ("check_ranks_sum_to_layer", r"is not a whole number of \d+-element groups"),
+    )
+)
+
 _SHARED_AND_LINEAR = VllmQwen3NextSharedExpert()
 
 register_subject(
@@ -648,8 +735,9 @@ register_subject(
             MXFP4_LINEAR: _SHARED_AND_LINEAR,
             SHARED_EXPERT: _SHARED_AND_LINEAR,
             MXFP4_MOE: VllmMxfp4MoeAlignment(),
+            MOE_SHARDING: VllmMoeSharding(),
         },
-        known_failures=VLLM_KNOWN_FAILURES,
+        known_failures=VLLM_KNOWN_FAILURES + VLLM_SHARDING_FAILURES,
         missing=vllm_missing,
     )
 )

@@ -43,6 +43,7 @@ from reference.layouts import (
     fc1_permutation,
     fc2_permutation,
     gated_reorder,
+    grouped_gate_up_interleave,
     interleave_rows,
     inverse_permutation,
     sm90_mixed_gemm_scale_deinterleave,
@@ -174,6 +175,31 @@ def test_gated_reorder(half: int) -> None:
 
 def test_gated_reorder_documented_example() -> None:
     assert gated_reorder(8).tolist() == [0, 4, 1, 5, 2, 6, 3, 7]
+
+
+@given(groups=st.integers(1, 12), group=st.sampled_from([1, 8, 16, 64]))
+def test_grouped_gate_up_interleave(groups: int, group: int) -> None:
+    """Row ``2g·j + g·h + t`` holds half ``h``'s row ``g·j + t``; ``group = 1`` is the gated reorder."""
+    half = groups * group
+    rows = 2 * half
+    p = grouped_gate_up_interleave(rows, group)
+    assert_permutation(p, rows)
+    for j in range(groups):
+        for h in range(2):
+            start = 2 * group * j + group * h
+            assert torch.equal(p[start : start + group], torch.arange(h * half + group * j, h * half + group * (j + 1)))
+    x = labels(rows, 3)
+    assert torch.equal(x[p][inverse_permutation(p)], x)
+    if group == 1:
+        assert torch.equal(p, gated_reorder(rows))
+    with pytest.raises(ShapeContractError, match=f"multiple of 2 x {group}"):
+        grouped_gate_up_interleave(rows + 2 * group - 1 if group > 1 else rows + 1, group)
+
+
+def test_grouped_gate_up_interleave_documented_example() -> None:
+    """CuteDSL's 64-row up/gate groups: ``[up; gate]`` with I = 128 gives up 0-63, gate 0-63, up 64-127, ..."""
+    p = grouped_gate_up_interleave(256, 64)
+    assert p.view(4, 64)[:, 0].tolist() == [0, 128, 64, 192]
 
 
 @given(blocks=st.integers(1, 24), gated=st.booleans(), scales=st.booleans())

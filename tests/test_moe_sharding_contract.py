@@ -12,7 +12,7 @@ from contracts.moe_sharding import ShardRefused
 from reference.layouts import Fc1Layout
 from strategies.moe_sharding import ShardingConfig, pinned_sharding, sharding_configs
 from subjects.moe_sharding import BuiltinMoeSharding, EvenSplitCutsGroups, FusedBlockSplit, split_sizes
-from subjects.registry import contracts, known_bad
+from subjects.registry import contracts, known_bad, resolve
 
 GEMMA_TP8 = pinned_sharding("gemma-4-26b-a4b", 8)  # 704 / 8 = 88: an even split cuts 16-groups
 CHECKS = (sharding.check_every_element_on_one_rank, sharding.check_ranks_sum_to_layer)
@@ -34,7 +34,27 @@ def test_split_sizes(size: int, tp: int, block: int, want: tuple[int, ...]) -> N
 
 def test_contract_and_known_bad_subjects_registered() -> None:
     assert "moe_sharding" in contracts()
-    assert {"bad-shard-cuts-groups", "bad-shard-fused-block"} <= set(known_bad())
+    assert set(KNOWN_BAD) <= set(known_bad())
+
+
+KNOWN_BAD = {
+    "bad-shard-cuts-groups": GEMMA_TP8,
+    "bad-shard-fused-block": GEMMA_TP8,
+    "bad-shard-scale-stride": GEMMA_TP8,  # 88 channels, 5 scale groups per rank (vLLM #49949)
+    "bad-shard-ceil-scale-offset": replace(GEMMA_TP8, intermediate=64),  # 8 channels per rank: half a group
+    "bad-shard-refuses-sub-block": pinned_sharding("qwen3-30b-a3b", 16),  # 48 = 3 whole groups, refused
+    "bad-shard-end-padded-rank": replace(GEMMA_TP8, layout=Fc1Layout.GATE_UP),  # last rank 32 of 96 channels
+}
+"""Each moe_sharding known-bad subject and a pinned layer both properties fail it on (the built-in passes)."""
+
+
+@pytest.mark.parametrize("name", sorted(KNOWN_BAD))
+@pytest.mark.parametrize("check", CHECKS, ids=lambda c: c.__name__)
+def test_known_bad_fails_where_builtin_passes(name: str, check) -> None:
+    config = KNOWN_BAD[name]
+    check(config, None, BuiltinMoeSharding())
+    with pytest.raises((AssertionError, RuntimeError)):
+        check(config, None, resolve(name).policy("moe_sharding"))
 
 
 @pytest.mark.parametrize("check", CHECKS, ids=lambda c: c.__name__)

@@ -4,12 +4,16 @@ from __future__ import annotations
 
 import pytest
 from hypothesis import find, given, settings
+from hypothesis import strategies as st
 
-from bench.detection import common_prefix, detect, generated, properties, property_seed
-from bench.run import README_END, README_START, chosen_subjects, readme_section, update_readme
+import bench.run
+from bench.detection import Property, common_prefix, detect, generated, properties, property_seed
+from bench.grids_adapter import guard_truth_table
+from bench.run import README_END, README_START, chosen_subjects, grid_catches, readme_section, update_readme
 from strategies.boundaries import RULE_MODULI, boundary_sizes, moduli_for, straddle
-from strategies.linear import guard_boundary_scales
+from strategies.linear import ScaleShapeCase, guard_boundary_scales
 from strategies.shared_expert import shared_expert_cases
+from subjects.registry import builtin, resolve
 
 SCALE_COLS = moduli_for("mxfp4_linear.scale_cols")
 
@@ -87,12 +91,28 @@ def test_readme_section_is_regenerated_between_its_markers(tmp_path) -> None:
     }
     report = {
         "seeds": list(range(20)), "budget": 200, "rate_seeds": 5, "date": "2026-12-01 08:00 UTC",
-        "machine": "cpu", "versions": "torch 2.13", "wall_seconds": 1, "grids": [], "suite": [row],
+        "machine": "cpu", "versions": "torch 2.13", "wall_seconds": 1, "suite": [row],
+        "grids": [{"name": "g1", "catches": {"bad-x": "caught"}}, {"name": "g2", "catches": {"bad-x": "missed"}}],
     }  # fmt: skip
     readme = tmp_path / "README.md"
     readme.write_text(f"intro\n{README_START}\nold table\n{README_END}\nrest\n")
     update_readme(readme, readme_section(report))
     text = readme.read_text()
     assert "old table" not in text and text.endswith(f"{README_END}\nrest\n")
-    assert "| `bad-x` | 20/20, 2 / 5 |" in text
+    assert "| `bad-x` | 20/20, 2 / 5 |" in text and "| 1 of 2: g1 | — |" in text
     assert "python -m bench --seeds 20 --budget 200 --rate-seeds 5" in text
+
+
+def test_a_grid_catches_a_subject_only_where_the_builtin_passes(monkeypatch) -> None:
+    _, cases = guard_truth_table()  # vLLM's guard table pins (96, 160) -> Triton
+    verdict, how = grid_catches(resolve("bad-asm-96-rows"), "mxfp4_linear", cases)
+    assert verdict == "caught" and "(96, 160)" in how
+    assert grid_catches(builtin(), "mxfp4_linear", cases) == ("missed", None)
+
+    def cannot_run(case: ScaleShapeCase, backend: None, policy: object) -> None:
+        raise TypeError("'NoneType' object is not callable")  # e.g. a backend record without prepare
+
+    cannot_run.__fp4_check__ = ("mxfp4_linear", ScaleShapeCase)
+    monkeypatch.setattr(bench.run, "properties", lambda contract: [Property("t", cannot_run, st.nothing(), (), None)])
+    verdict, how = grid_catches(resolve("bad-asm-96-rows"), "mxfp4_linear", cases)
+    assert verdict == "suite error" and "built-in subject fails too" in how

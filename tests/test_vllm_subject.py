@@ -21,12 +21,12 @@ import torch
 from backends.mxfp4_linear import ASM_FORCE_TRITON_SCALE_ROWS, VLLM_GUARD_TABLE, AiterLinearPath
 from backends.mxfp4_moe import Mxfp4MoeBackend
 from backends.nvfp4_moe import Nvfp4MoeBackend
-from conformance import test_mxfp4_linear, test_mxfp4_moe, test_nvfp4_moe, test_shared_expert
+from conformance import test_moe_sharding, test_mxfp4_linear, test_mxfp4_moe, test_nvfp4_moe, test_shared_expert
 from contracts.errors import UnsupportedConfig
 from contracts.moe import MoeWeights
 from contracts.shared_expert import SharedExpertPlacement, SharedExpertRefused, SharedExpertSetup
 from reference.formats import MxScaleRounding
-from reference.layouts import aiter_shuffle_weight, vllm_asm_scale_swizzle
+from reference.layouts import aiter_shuffle_weight, grouped_gate_up_interleave, vllm_asm_scale_swizzle
 from strategies.shared_expert import shared_expert_case
 from subjects import vllm as sv
 from subjects.registry import backends, contracts, resolve
@@ -39,8 +39,7 @@ POLICY = sv.VllmQwen3NextSharedExpert()
 
 def test_subject_implements_every_contract() -> None:
     subject = resolve("vllm")
-    # moe_sharding: driving vLLM's FusedMoE weight loaders over all ranks is not adapted yet (issue 19)
-    assert set(subject.policies) == set(contracts()) - {"moe_sharding"}
+    assert set(subject.policies) == set(contracts())
     assert subject.policy("mxfp4_linear") is subject.policy("shared_expert")  # one unit: vLLM's own guard
     for contract, policy in subject.policies.items():
         assert isinstance(policy, contracts()[contract])
@@ -52,8 +51,9 @@ def test_known_failures_name_real_checks_and_backends() -> None:
         "mxfp4_linear": test_mxfp4_linear,
         "shared_expert": test_shared_expert,
         "mxfp4_moe": test_mxfp4_moe,
+        "moe_sharding": test_moe_sharding,
     }
-    for known in sv.VLLM_KNOWN_FAILURES:
+    for known in sv.VLLM_KNOWN_FAILURES + sv.VLLM_SHARDING_FAILURES:
         assert known.link.startswith("https://github.com/")
         assert known.backend is None or known.backend in {b.value for b in backends(known.contract)}
         assert known.check is None or hasattr(modules[known.contract], known.check), known.check
@@ -241,3 +241,28 @@ def test_nvfp4_trtllm_hidden_alignment_from_vllm(backend: Nvfp4MoeBackend, gated
 def test_nvfp4_cutlass_gated_refusal() -> None:
     with pytest.raises(UnsupportedConfig, match="FLASHINFER_CUTLASS"):
         sv.VllmNvfp4MoeAlignment().align_moe(Nvfp4MoeBackend.FLASHINFER_CUTLASS, _nvfp4_weights(176, 256, True), True)
+
+
+@pytest.mark.parametrize("half", [64, 128, 384])
+def test_cutedsl_interleave_is_vllms(half: int) -> None:
+    """The reference 64-row up/gate regrouping equals vLLM's ``interleave_linear_and_gate(group_size=64)``."""
+    rows = torch.arange(2 * half)[None, :, None].expand(2, -1, 3).contiguous()
+    vllm_rows = sv.vllm_modules().ffm.interleave_linear_and_gate(rows, group_size=64, dim=1)
+    assert torch.equal(vllm_rows, rows[:, grouped_gate_up_interleave(2 * half, 64)])
+
+
+@pytest.mark.parametrize(
+    ("backend", "gated", "intermediate", "hidden", "want"),
+    [
+        (Nvfp4MoeBackend.FLASHINFER_CUTEDSL, True, 176, 2688, (192, 2816)),  # Gemma-4 TP=4 I, Nemotron H
+        (Nvfp4MoeBackend.FLASHINFER_CUTEDSL, False, 176, 2688, (256, 2816)),
+        (Nvfp4MoeBackend.B12X, True, 176, 2688, (192, 2688)),  # b12x leaves H as it is
+        (Nvfp4MoeBackend.B12X, False, 176, 2688, (256, 2688)),  # end-padded to the swizzle's 128 rows
+    ],
+)
+def test_nvfp4_cutedsl_and_b12x_sizes_from_vllm(
+    backend: Nvfp4MoeBackend, gated: bool, intermediate: int, hidden: int, want: tuple[int, int]
+) -> None:
+    aligned = sv.VllmNvfp4MoeAlignment().align_moe(backend, _nvfp4_weights(intermediate, hidden, gated), gated)
+    assert (aligned.intermediate_size, aligned.hidden_size) == want
+    assert aligned.weights.w2.shape[1:] == (want[1], want[0] // 2)

@@ -1,0 +1,59 @@
+"""``moe_sharding`` for the ``sglang`` subject: SGLang 0.5.23's own MoE weight loaders, driven on CPU for every rank.
+
+For each rank of a TP degree the adapter constructs that rank's real ``FusedMoE`` (SGLang's own
+constructor under its test hooks, :func:`subjects.sglang.sglang_layer_context`) and feeds it the whole
+(unsharded) checkpoint through ``FusedMoE.weight_loader``; the buffers after loading are the rank's
+shard. The loaders are :mod:`subjects.sglang`'s, unchanged:
+
+* NVFP4 (ModelOpt, 16-groups, gate / up / down per expert): :func:`subjects.sglang.load_nvfp4_rank`
+  under ``--moe-runner-backend flashinfer_trtllm`` on a B200, :data:`NVFP4_BACKEND`: every rank's
+  buffer is ``ru(I/tp, 64)`` channels (gated; 128 non-gated) and rank ``r`` reads from
+  ``r·ru(I/tp, 64)``, so the last ranks are short or empty (``reference.sizes.padded_split``).
+
+SGLang asserts ``I % tp == 0`` in ``FusedMoE.__init__``; that assertion is reported as
+:class:`~contracts.moe_sharding.ShardRefused`. Which channels a rank holds is read back
+(:class:`subjects.moe_sharding.LoaderSharding`).
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+from backends.nvfp4_moe import Nvfp4MoeBackend
+from contracts.errors import UnsupportedConfig
+from contracts.moe import MoeWeights
+from contracts.moe_sharding import ShardRefused
+from reference.formats import NVFP4_BLOCK
+from reference.layouts import Fc1Layout, relayout_fc1
+from subjects.moe_sharding import LoaderSharding
+
+NVFP4_BACKEND = Nvfp4MoeBackend.FLASHINFER_TRTLLM
+"""The runner backend whose ``FusedMoE`` loads NVFP4 shards: SGLang's padded whole-block split."""
+
+
+class SglangMoeSharding(LoaderSharding):
+    """SGLang 0.5.23's ``FusedMoE.weight_loader`` for every rank (module docstring)."""
+
+    def load_rank(self, ckpt: MoeWeights, gated: bool, tp: int, rank: int) -> MoeWeights:
+        from subjects.sglang import load_nvfp4_rank
+
+        if ckpt.block != NVFP4_BLOCK:
+            raise UnsupportedConfig("the SGLang moe_sharding adapter loads NVFP4 (ModelOpt) checkpoints only")
+        layout = ckpt.fc1_layout
+        # load_nvfp4_checkpoint reads FC1 rows as [up; gate] (FlashInfer's order) and keeps that order
+        rows = relayout_fc1(ckpt.w13, layout, Fc1Layout.UP_GATE) if gated else ckpt.w13
+        scales = relayout_fc1(ckpt.w13_scale, layout, Fc1Layout.UP_GATE) if gated else ckpt.w13_scale
+        try:
+            loaded, _ = load_nvfp4_rank(NVFP4_BACKEND, replace(ckpt, w13=rows, w13_scale=scales), gated, tp, rank)
+        except AssertionError as exc:
+            if ckpt.intermediate_size % tp:
+                raise ShardRefused(f"SGLang FusedMoE: intermediate size {ckpt.intermediate_size} at TP={tp}") from exc
+            raise
+        if not gated:
+            return replace(loaded, fc1_layout=layout)
+        return replace(
+            loaded,
+            w13=relayout_fc1(loaded.w13, Fc1Layout.UP_GATE, layout),
+            w13_scale=relayout_fc1(loaded.w13_scale, Fc1Layout.UP_GATE, layout),
+            fc1_layout=layout,
+        )
