@@ -23,7 +23,13 @@ How SGLang's loaders split a checkpoint over TP ranks is :func:`load_nvfp4_rank`
 under TRT-LLM, modelled by ``reference.sizes.padded_split``) and :func:`load_mxfp4_rank` (gpt-oss's whole
 32-blocks, ``reference.sizes.whole_block_split``; ``I/tp`` per half for stacked checkpoints).
 
-SGLang has no counterpart of vLLM's Qwen3-Next shared-expert replicate-or-refuse decision (``shared_expert``): its Qwen3-Next shared expert is a tensor-parallel MLP without that gate.
+``shared_expert`` is not adapted: SGLang 0.5.23's Qwen3-Next / Qwen2-MoE block
+(``models/qwen2_moe.py``, ``Qwen2MoeSparseMoeBlock.__init__``) fuses the shared expert into the MoE when
+``can_fuse_shared_expert`` allows it (AITER or CUDA, equal sizes, no DeepEP/MoRI, the quant config's
+``can_fuse_shared_expert``), replicates it (``parallel_group="replicated"``) under the DeepEP, MoRI,
+FlashInfer, MegaMoE and Ascend all-to-all backends, and otherwise shards it as a tensor-parallel MLP. It
+has no counterpart of vLLM's OCP-MX group-straddle gate (``_should_replicate_misaligned_shared_expert``),
+which is what the contract's inputs (group, EP, SP) decide.
 
 Upstream bugs of SGLang 0.5.23 that properties catch are listed in :data:`SGLANG_KNOWN_FAILURES`.
 """
@@ -949,9 +955,11 @@ SGLANG_KNOWN_FAILURES: tuple[KnownFailure, ...] = (
             MXFP4_LINEAR,
             "Disputed: QuarkW4A4MXFP4 keeps every layer with N <= 128 on the Triton GEMM (_ASM_FP4_UNSAFE_MAX_N: "
             "'gemm_a4w4's untuned ASM heuristic returns wrong rows 1..M-1 for N <= 128 at 2 <= M <= 64', measured "
-            "on ROCm/aiter@e7d2453f2, MI355X); vLLM PR #58139 forces only 96-row scales to Triton and keeps "
-            "(128, 160) on ASM. Settled by AITER's gemm_a4w4 (bpreshuffle, untuned) on an MI350x/MI355x at N = 32, "
-            "64, 128 (N = 160 as control), M = 2..64, against the dequantized reference",
+            "on ROCm/aiter@e7d2453f2, MI355X, with 'TODO: link the AITER issue': no upstream report, so no "
+            "backends.kernel_defects record); vLLM PR #58139 forces only 96-row scales to Triton and keeps "
+            "(128, 160) on ASM. Settled by conformance.test_mxfp4_linear:check_aiter_gemm_kernel on the ASM path "
+            "(the builtin subject keeps N <= 128 on gemm_a4w4) on an MI350x/MI355x (gfx950) at N = 32, 64, 128 "
+            "(N = 160 as control), M = 2..64",
             f"{SGLANG_SOURCE}/layers/quantization/quark/schemes/quark_w4a4_mxfp4.py",
             applies=_small_n_asm_capable,
             raises=AssertionError,
