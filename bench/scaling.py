@@ -60,7 +60,7 @@ def outcomes(junit: Path) -> dict[str, str]:
     return result
 
 
-def longest(junit: Path, n: int = 5) -> list[tuple[str, float]]:
+def longest(junit: Path, n: int = 10) -> list[tuple[str, float]]:
     """The ``n`` longest tests of a JUnit XML report: with many workers they bound the wall time."""
     cases = [
         (f"{c.get('classname')}::{c.get('name')}", float(c.get("time") or 0)) for c in ET.parse(junit).iter("testcase")

@@ -38,7 +38,9 @@ def tracked_text_files() -> tuple[Path, ...]:
         ).stdout.split("\0")
         paths = [ROOT / p for p in out if p]
     except (OSError, subprocess.CalledProcessError):
-        paths = [p for p in ROOT.rglob("*") if p.is_file() and not any(s.startswith(".") for s in p.parts)]
+        paths = [
+            p for p in ROOT.rglob("*") if p.is_file() and not any(s.startswith(".") for s in p.relative_to(ROOT).parts)
+        ]
     return tuple(p for p in paths if p.is_file() and p.suffix in {".py", ".md", ".sh", ".toml", ".txt", ""})
 
 

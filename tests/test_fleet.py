@@ -23,6 +23,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from harness import database, report, shard
+from tests.test_plugin import in_parallel
 
 ROOT = Path(__file__).resolve().parent.parent
 PROBE = "tests.fleet_probe:SUBJECT"
@@ -63,16 +64,24 @@ def _collected(result: subprocess.CompletedProcess[str]) -> list[str]:
     return [line for line in result.stdout.splitlines() if "::" in line]
 
 
+@pytest.mark.long(82)
 def test_shards_of_the_real_suite_cover_it_once(tmp_path: Path) -> None:
-    full = _collected(run_host(tmp_path / "all", "conformance", "--collect-only"))
-    parts = [
-        _collected(run_host(tmp_path / f"s{i}", "conformance", "--collect-only", "--shard", f"{i}/3")) for i in range(3)
-    ]
+    full, *parts = map(
+        _collected,
+        in_parallel(
+            lambda: run_host(tmp_path / "all", "conformance", "--collect-only"),
+            *[
+                lambda i=i: run_host(tmp_path / f"s{i}", "conformance", "--collect-only", "--shard", f"{i}/3")
+                for i in range(3)
+            ],
+        ),
+    )
     assert full and sorted(p for part in parts for p in part) == sorted(full)
     sizes = [len(p) for p in parts]
     assert max(sizes) <= 1.25 * min(sizes), sizes
 
 
+@pytest.mark.long(60)
 def test_bad_shard_option_is_a_usage_error(tmp_path: Path) -> None:
     result = run_host(tmp_path, "conformance", "--collect-only", "--shard", "3/3")
     assert result.returncode == 4 and "--shard '3/3'" in result.stderr, result.stderr[-2000:]
@@ -106,6 +115,7 @@ def _free_port() -> int:
         return s.getsockname()[1]
 
 
+@pytest.mark.long(47)
 def test_unreachable_redis_is_a_usage_error(tmp_path: Path) -> None:
     pytest.importorskip("redis", reason="needs the redis client (pip install 'hypothesis[redis]')")
     url = f"redis://127.0.0.1:{_free_port()}/0"
@@ -167,6 +177,7 @@ def _first_failure(results: Path) -> tuple[int | None, str | None]:
     return None, None
 
 
+@pytest.mark.long(135)
 def test_two_hosts_share_failures_through_redis(tmp_path: Path, redis_url: str) -> None:
     """Host A searches (no pins) and stores the failure; host B, read-only, replays it first."""
     host_a = run_host(tmp_path / "host-a", *PROPERTY, "--subject", PROBE, "--hypothesis-profile", "bench",
@@ -176,32 +187,36 @@ def test_two_hosts_share_failures_through_redis(tmp_path: Path, redis_url: str) 
     stored = _redis_members(redis_url)
     assert found_at is not None and stored, "host A's failure was not stored in Redis"
 
-    host_b = run_host(tmp_path / "host-b", *PROPERTY, "--subject", PROBE, "--hypothesis-profile", "replay",
-                      "--fp4-db", redis_url, "--fp4-db-readonly")  # fmt: skip
+    host_b, builtin = in_parallel(  # two read-only hosts replay at once
+        lambda: run_host(tmp_path / "host-b", *PROPERTY, "--subject", PROBE, "--hypothesis-profile", "replay",
+                         "--fp4-db", redis_url, "--fp4-db-readonly"),
+        lambda: run_host(tmp_path / "host-c", *PROPERTY, "--hypothesis-profile", "replay", "--fp4-db", redis_url,
+                         "--fp4-db-readonly"),
+    )  # fmt: skip
     assert host_b.returncode == 1, host_b.stdout[-3000:] + host_b.stderr[-2000:]
     replayed_at, replayed = _first_failure(tmp_path / "host-b" / "results")
     assert replayed_at == 1 and replayed == shrunk
     assert _redis_members(redis_url) == stored, "a read-only host wrote to the shared database"
     print(f"host A found the failure by search at example {found_at}; host B replayed it at example {replayed_at}")
-
-    builtin = run_host(tmp_path / "host-c", *PROPERTY, "--hypothesis-profile", "replay", "--fp4-db", redis_url,
-                       "--fp4-db-readonly")  # fmt: skip
     assert builtin.returncode == 0, builtin.stdout[-3000:]
 
 
 # --- merged report ---------------------------------------------------------------------------
 
 
+@pytest.mark.long(63)
 def test_merged_report_of_two_failing_shards(tmp_path: Path) -> None:
     """Two shards of a known-bad subject (one failing property each) merge into one report of both."""
     two = ["conformance/test_nvfp4_moe.py", "-k", "padding_invariance or layout_contract", "--backend"]
-    dirs = []
-    for i in range(2):
-        host = tmp_path / f"shard{i}"
-        result = run_host(host, *two, "flashinfer-trtllm", "--subject", "bad-end-padding", "--hypothesis-profile",
-                          "ci", "--shard", f"{i}/2", "--junitxml", str(host / "results" / "junit.xml"))  # fmt: skip
+    hosts = [tmp_path / f"shard{i}" for i in range(2)]
+    runs = in_parallel(
+        *[lambda i=i, host=host: run_host(host, *two, "flashinfer-trtllm", "--subject", "bad-end-padding",
+                                          "--hypothesis-profile", "ci", "--shard", f"{i}/2", "--junitxml",
+                                          str(host / "results" / "junit.xml")) for i, host in enumerate(hosts)]
+    )  # fmt: skip
+    for result in runs:
         assert result.returncode == 1, result.stdout[-3000:] + result.stderr[-2000:]
-        dirs.append(host / "results")
+    dirs = [host / "results" for host in hosts]
     merged = report.merge(dirs)
     md, page = report.write(merged, tmp_path / "report")
     assert [run["shard"] for run in merged.runs] == ["0/2", "1/2"]

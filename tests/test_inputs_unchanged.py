@@ -89,6 +89,7 @@ def test_guard_compares_bytes_not_values() -> None:
         guard_inputs(NegateZeroBias()).align_moe(TRTLLM, weights, True)
 
 
+@pytest.mark.long(21)
 def test_suite_run_reports_input_modified(tmp_path: Path) -> None:
     """End to end: the external probe subject fails the suite with the guard's message."""
     cmd = [

@@ -13,7 +13,10 @@ import os
 import shlex
 import subprocess
 import sys
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
+from typing import TypeVar
 
 import pytest
 
@@ -24,6 +27,7 @@ from subjects.registry import SubjectError, backends, known_bad, resolve
 
 ROOT = Path(__file__).resolve().parent.parent
 NVFP4 = "conformance/test_nvfp4_moe.py"
+T = TypeVar("T")
 
 
 def run_pytest(*args: str, tmp_path: Path, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
@@ -41,6 +45,15 @@ def run_pytest(*args: str, tmp_path: Path, env: dict[str, str] | None = None) ->
         *args,
     ]
     return subprocess.run(cmd, cwd=ROOT, env=full_env, capture_output=True, text=True, timeout=600)
+
+
+def in_parallel(*calls: Callable[[], T]) -> list[T]:
+    """Call independent subprocess runs at once (each thread waits on its own process); results in order.
+
+    The end-to-end self-tests are long (each process imports torch and collects), and under
+    ``pytest -n auto`` they bound the run's wall time: runs that do not depend on each other overlap."""
+    with ThreadPoolExecutor(len(calls)) as pool:
+        return [future.result() for future in [pool.submit(call) for call in calls]]
 
 
 # --- worker -> device mapping --------------------------------------------------------------
@@ -127,26 +140,34 @@ def test_wrong_import_path_is_a_clear_error() -> None:
 # --- end to end ---------------------------------------------------------------------------------
 
 
+@pytest.mark.long(60)
 def test_cli_rejects_unknown_subject_backend_and_model(tmp_path: Path) -> None:
-    for args, message in (
+    cases = (
         (["--subject", "no_such_engine.moe:align"], "cannot import module 'no_such_engine.moe'"),
         (["--backend", "flashinfer-trtlm"], "unknown backend(s) flashinfer-trtlm"),
         (["--model", "gemma-5"], "is not catalogued"),
-    ):
-        result = run_pytest(NVFP4, *args, tmp_path=tmp_path)
+    )
+    results = in_parallel(
+        *[
+            lambda i=i, args=args: run_pytest(NVFP4, *args, tmp_path=tmp_path / str(i))
+            for i, (args, _) in enumerate(cases)
+        ]
+    )
+    for (_, message), result in zip(cases, results, strict=True):
         assert result.returncode == 4, result.stdout + result.stderr
         assert message in result.stderr, result.stderr
 
 
+@pytest.mark.long(81)
 def test_external_policy_by_import_path(tmp_path: Path) -> None:
     (tmp_path / "my_engine.py").write_text(
         "from subjects.nvfp4_moe import BuiltinNvfp4MoeAlignment\n\n"
         "class MyAlignment(BuiltinNvfp4MoeAlignment):\n    pass\n\npolicy = MyAlignment()\n"
     )
-    result = run_pytest(
+    result = run_pytest(  # the cheapest property run on every backend: the subject's loading is under test
         NVFP4,
         "-k",
-        "padding_invariance",
+        "layout_contract",
         "--subject",
         "my_engine:policy",
         tmp_path=tmp_path,
@@ -156,6 +177,7 @@ def test_external_policy_by_import_path(tmp_path: Path) -> None:
     assert f"{len(backends('nvfp4_moe'))} passed" in result.stdout  # one per backend
 
 
+@pytest.mark.long(38)
 def test_known_bad_failure_writes_a_reproduction_that_fails_the_same_way(tmp_path: Path) -> None:
     result = run_pytest(
         NVFP4,
@@ -180,8 +202,9 @@ def test_known_bad_failure_writes_a_reproduction_that_fails_the_same_way(tmp_pat
     assert "padding changed the MoE output" in rerun.stderr
 
 
+@pytest.mark.long(25)
 def test_summary_table_reports_contract_backend_hardware(tmp_path: Path) -> None:
-    result = run_pytest(NVFP4, "-k", "layout_contract and cutlass", tmp_path=tmp_path)
+    result = run_pytest(NVFP4, "-k", "layout_contract and flashinfer-cutlass", tmp_path=tmp_path)
     assert result.returncode == 0, result.stdout[-3000:]
     lines = result.stdout.splitlines()
     title = next(i for i, line in enumerate(lines) if "fp4 conformance summary (contract x backend x hardware)" in line)
@@ -226,8 +249,9 @@ def test_policy_class_by_import_path_is_instantiated() -> None:
     assert not isinstance(subject.policy("nvfp4_moe"), type)
 
 
+@pytest.mark.long(30)
 def test_plugin_loads_without_xdist(tmp_path: Path) -> None:
-    result = run_pytest(NVFP4, "-p", "no:xdist", "-k", "layout_contract and cutlass", tmp_path=tmp_path)
+    result = run_pytest(NVFP4, "-p", "no:xdist", "-k", "layout_contract and flashinfer-cutlass", tmp_path=tmp_path)
     assert result.returncode == 0, result.stdout[-2000:] + result.stderr[-2000:]
 
 
@@ -259,6 +283,7 @@ def test_after_the_crash():
 """
 
 
+@pytest.mark.long(67)
 def test_worker_crash_is_reported_with_its_reproduction(tmp_path: Path) -> None:
     """A check that kills its xdist worker is that test's failure, with the in-flight reproduction."""
     module = tmp_path / "test_crash.py"
@@ -337,6 +362,7 @@ property_test(check_small, name="test_small_on_marlin", strategy=st.builds(Size,
 """
 
 
+@pytest.mark.long(57)
 def test_generated_tests_run_parametrized_and_filtered_by_backend(tmp_path: Path) -> None:
     from subjects.mxfp4_moe import Mxfp4MoeBackend
 
@@ -346,11 +372,16 @@ def test_generated_tests_run_parametrized_and_filtered_by_backend(tmp_path: Path
     env.pop("PYTEST_XDIST_WORKER", None)
     base = [sys.executable, "-m", "pytest", str(module), "-p", "harness.plugin", "-p", "no:cacheprovider", "-q"]
     base += ["--rootdir", str(tmp_path), "--results", str(tmp_path / "results")]
-    collected = subprocess.run([*base, "--collect-only"], cwd=tmp_path, env=env, capture_output=True, text=True)
+    collected, marlin = in_parallel(
+        lambda: subprocess.run([*base, "--collect-only"], cwd=tmp_path, env=env, capture_output=True, text=True),
+        lambda: subprocess.run(
+            [*base, "--backend", "marlin", "--results", str(tmp_path / "marlin")],
+            cwd=tmp_path, env=env, capture_output=True, text=True,
+        ),
+    )  # fmt: skip
     want = {f"test_generated.py::test_small[{b.value}]" for b in Mxfp4MoeBackend}
     want.add("test_generated.py::test_small_on_marlin[marlin]")
     assert {line for line in collected.stdout.splitlines() if "::" in line} == want, collected.stdout
-    marlin = subprocess.run([*base, "--backend", "marlin"], cwd=tmp_path, env=env, capture_output=True, text=True)
     out = marlin.stdout
     assert marlin.returncode == 1, out[-3000:]
     assert f"1 failed, 1 passed, {len(want) - 2} deselected" in out, out[-3000:]
@@ -358,6 +389,7 @@ def test_generated_tests_run_parametrized_and_filtered_by_backend(tmp_path: Path
     assert "reproduce: python -m harness.repro test_generated:check_small --subject builtin --backend marlin" in out
 
 
+@pytest.mark.long(57)
 def test_backend_option_collects_only_that_backend(tmp_path: Path) -> None:
     """Tests with their own backend parametrization are filtered too (they ran under any --backend)."""
     result = run_pytest("conformance", "--backend", "marlin", "--collect-only", tmp_path=tmp_path)

@@ -31,7 +31,7 @@ from strategies.pins import Pin
 ROOT = Path(__file__).resolve().parent.parent
 NVFP4 = "conformance/test_nvfp4_moe.py"
 SHARED = "conformance/test_shared_expert.py"
-CUTLASS_PADDING = ["-k", "padding_invariance and cutlass"]
+CUTLASS_PADDING = ["-k", "padding_invariance and flashinfer-cutlass"]
 
 PROBES = '''
 import ctypes
@@ -155,12 +155,14 @@ def test_ledger_entries_describe_their_failure() -> None:
         KnownFailure("c", "r", "https://x", lambda _: True)  # type: ignore[call-arg]  # no description
 
 
+@pytest.mark.long(69)
 def test_documented_failure_is_expected(tmp_path: Path, probes: Path) -> None:
     result = run_pytest(NVFP4, *CUTLASS_PADDING, "--subject", "fp4_probes:documented", tmp_path=tmp_path, path=probes)
     assert result.returncode == 0, result.stdout[-3000:]
     assert "expected failures (known upstream bug https://github.com/example/engine/issues/1)" in result.stdout
 
 
+@pytest.mark.long(48)
 @pytest.mark.parametrize(
     ("probe", "shown"),
     [
@@ -176,6 +178,7 @@ def test_other_failures_where_the_ledger_applies_fail(tmp_path: Path, probes: Pa
     assert "expected failures" not in result.stdout
 
 
+@pytest.mark.long(26)
 def test_missing_library_where_the_ledger_applies_skips(tmp_path: Path, probes: Path) -> None:
     result = run_pytest(
         NVFP4, *CUTLASS_PADDING, "-rs", "--subject", "fp4_probes:missing_library", tmp_path=tmp_path, path=probes
@@ -185,11 +188,13 @@ def test_missing_library_where_the_ledger_applies_skips(tmp_path: Path, probes: 
     assert "expected failures" not in result.stdout
 
 
+@pytest.mark.long(20)
 def test_engine_subject_without_its_engine_is_a_usage_error(tmp_path: Path, probes: Path) -> None:
     result = run_pytest(NVFP4, "--subject", "fp4_probes:no_engine", tmp_path=tmp_path, path=probes)
     one_line_usage_error(result, "cannot run here: probe-engine is not installed")
 
 
+@pytest.mark.long(21)
 @pytest.mark.skipif(importlib.util.find_spec("vllm") is not None, reason="vLLM is installed here")
 def test_vllm_subject_without_vllm_is_a_usage_error(tmp_path: Path) -> None:
     one_line_usage_error(run_pytest(NVFP4, "--subject", "vllm", tmp_path=tmp_path), "vLLM is not installed")
@@ -198,12 +203,14 @@ def test_vllm_subject_without_vllm_is_a_usage_error(tmp_path: Path) -> None:
 # --- 7, 8, 10: usage errors before the first test --------------------------------------------------
 
 
+@pytest.mark.long(24)
 def test_unwritable_results_is_a_usage_error(tmp_path: Path) -> None:
     (tmp_path / "a-file").write_text("")
     result = run_pytest(SHARED, "--results", str(tmp_path / "a-file" / "results"), tmp_path=tmp_path)
     one_line_usage_error(result, "--results")
 
 
+@pytest.mark.long(24)
 @pytest.mark.parametrize("how", ["option", "env"])
 def test_example_database_that_is_a_file_is_a_usage_error(tmp_path: Path, how: str) -> None:
     db = tmp_path / "db-file"
@@ -213,6 +220,7 @@ def test_example_database_that_is_a_file_is_a_usage_error(tmp_path: Path, how: s
     one_line_usage_error(result, "is a file, not a directory")
 
 
+@pytest.mark.long(21)
 @pytest.mark.parametrize(
     ("args", "env", "message"),
     [
@@ -238,6 +246,7 @@ def test_bad_input_is_a_one_line_usage_error(
 # --- 9. per-example time limit -----------------------------------------------------------------------
 
 
+@pytest.mark.long(50)
 @pytest.mark.parametrize("workers", [pytest.param([], id="no-xdist"), pytest.param(["-n", "1"], id="xdist")])
 def test_hanging_example_fails_named_with_its_reproduction(tmp_path: Path, probes: Path, workers: list[str]) -> None:
     result = run_pytest(
@@ -252,6 +261,7 @@ def test_hanging_example_fails_named_with_its_reproduction(tmp_path: Path, probe
     assert len(scripts) == 1, out[-3000:]
 
 
+@pytest.mark.long(61)
 def test_uninterruptible_hang_ends_the_worker_with_its_reproduction(tmp_path: Path, probes: Path) -> None:
     result = run_pytest(
         NVFP4, *CUTLASS_PADDING, "-n", "1", "--subject", "fp4_probes:stuck", "--example-time-limit", "1",
@@ -273,6 +283,7 @@ def test_time_limit_comes_from_the_profile() -> None:
 # --- 11. JUnit and reproduction scripts ----------------------------------------------------------
 
 
+@pytest.mark.long(41)
 def test_junit_and_scripts_of_an_external_subject(tmp_path: Path, probes: Path) -> None:
     subject_folder = tmp_path / "results" / "repro" / "fp4_probes_end_padding"
     subject_folder.mkdir(parents=True)
@@ -333,6 +344,7 @@ def test_pinned(shape):
 """
 
 
+@pytest.mark.long(25)
 @pytest.mark.parametrize(
     ("args", "tp", "ep_check"),
     [

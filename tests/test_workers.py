@@ -1,20 +1,24 @@
 """Self-tests of ``harness.workers``: ``-n auto`` worker count, torch threads per worker, records.
 
-The end-to-end tests run a small self-test module under ``pytest -n N`` in a subprocess and read
-the workers' records: two workers split the usable cores (one thread each on a 2-core machine,
+The end-to-end tests run a small module of trivial tests under ``pytest -n N`` in a subprocess and
+read the workers' records: two workers split the usable cores (one thread each on a 2-core machine,
 where torch's default would be two), a thread count in ``OMP_NUM_THREADS`` wins, and the summary
-prints the sizing line.
+prints the sizing line. The same run checks :mod:`harness.scheduling`: each worker's first test is
+a ``long`` one, although the module defines them last.
 """
 
 from __future__ import annotations
 
 import os
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
 
-from harness import workers
-from tests.test_plugin import run_pytest
+from harness import scheduling, workers
+
+ROOT = Path(__file__).resolve().parent.parent
 
 
 @pytest.mark.parametrize(
@@ -58,19 +62,78 @@ def test_describe_summarises_the_records() -> None:
     assert workers.describe([]) is None
 
 
+ORDER_MODULE = """
+import os
+
+import pytest
+
+
+def _log(name):
+    with open(os.environ["FP4_ORDER_LOG"], "a") as f:
+        f.write(os.environ.get("PYTEST_XDIST_WORKER", "main") + " " + name + "\\n")
+
+
+@pytest.mark.parametrize("i", range(6))
+def test_short(i):
+    _log(f"short{i}")
+
+
+@pytest.mark.long
+@pytest.mark.parametrize("i", range(2))
+def test_long(i):
+    _log(f"long{i}")
+"""
+
+
+@pytest.mark.long(66)
 @pytest.mark.parametrize(
     ("n", "user_threads"), [(2, None), (1, "1")], ids=["two-workers-split-the-cores", "omp-num-threads-wins"]
 )
-def test_workers_get_their_share_of_the_cores(
-    tmp_path: Path, n: int, user_threads: str | None, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    for name in workers.THREAD_VARIABLES:
-        monkeypatch.delenv(name, raising=False)
-    env = {"OMP_NUM_THREADS": user_threads} if user_threads else None
-    result = run_pytest("-n", str(n), "tests/test_sizes.py", tmp_path=tmp_path, env=env)
-    assert result.returncode == 0, result.stdout[-3000:]
+def test_workers_get_their_share_of_the_cores(tmp_path: Path, n: int, user_threads: str | None) -> None:
+    module = tmp_path / "test_order.py"
+    module.write_text(ORDER_MODULE)
+    log = tmp_path / "order.log"
+    env = {k: v for k, v in os.environ.items() if k not in (*workers.THREAD_VARIABLES, "PYTEST_XDIST_WORKER")}
+    env.update(
+        FP4_PROFILE="ci",
+        FP4_ORDER_LOG=str(log),
+        PYTHONPATH=os.pathsep.join(filter(None, [str(ROOT), env.get("PYTHONPATH")])),
+    )
+    if user_threads:
+        env["OMP_NUM_THREADS"] = user_threads
+    cmd = [
+        sys.executable, "-m", "pytest", str(module), "-p", "harness.plugin", "-p", "harness.workers",
+        "-p", "harness.scheduling", "-p", "no:cacheprovider", "-q", "-n", str(n),
+        "--results", str(tmp_path / "results"), "--rootdir", str(tmp_path),
+    ]  # fmt: skip
+    result = subprocess.run(cmd, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300)
+    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-2000:]
     want = int(user_threads) if user_threads else workers.threads_per_worker(workers.usable_cores(), n)
     records = workers.read_records(tmp_path / "results")
     assert [r["worker"] for r in records] == [f"gw{i}" for i in range(n)]
     assert all(r["threads"] == want and r["startup_s"] > 0 for r in records), records
     assert f"xdist workers: {n} process(es) x {want} torch thread(s)" in result.stdout
+    order = [line.split() for line in log.read_text().splitlines()]
+    assert len(order) == 8
+    firsts = [next(name for w, name in order if w == f"gw{i}") for i in range(n)]
+    assert all(name.startswith("long") for name in firsts), order  # each worker starts with a long test
+
+
+@pytest.mark.parametrize(
+    ("tests", "n", "max_chunk", "want"),
+    [
+        (530, 16, None, 128),
+        (530, 16, 3, 48),
+        (265, 2, None, 66),
+        (8, 2, None, 2),
+        (3, 16, None, 3),
+        (0, 4, None, 0),
+    ],
+)
+def test_first_round_is_a_quarter_of_each_share(tests: int, n: int, max_chunk: int | None, want: int) -> None:
+    assert scheduling.first_round(tests, n, max_chunk) == want
+
+
+def test_deal_spreads_the_head_over_the_workers() -> None:
+    assert scheduling.deal(list(range(8)), 3) == [[0, 3, 6], [1, 4, 7], [2, 5]]
+    assert scheduling.deal([0], 2) == [[0], []]

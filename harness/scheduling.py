@@ -1,0 +1,104 @@
+"""pytest-xdist scheduling: the long tests start first, each on its own worker.
+
+With many workers a run is never shorter than its longest test plus the workers' start-up, so the
+long tests must not wait behind short ones, nor queue behind each other on one worker.
+
+* A test marked ``long(seconds)`` (a self-test that runs pytest in subprocesses: seconds, where a
+  property example takes milliseconds) is moved to the front of each xdist worker's collection,
+  the longest first by its ``seconds`` (its wall time as ``pytest --durations`` reported it under
+  ``-n 2`` on the shared 2-core CPU machine; only the order matters), then in collection order.
+  Every worker sorts the same way, so the collections stay identical, as xdist requires; a run
+  without xdist keeps pytest's order.
+* Under ``-n`` with the default ``--dist load`` the plugin's scheduler, :class:`DealtLoadScheduling`,
+  deals the first round like cards: with ``n`` workers and a first round of ``n·c`` tests, worker
+  ``k`` gets tests ``k, k+n, k+2n, ...``, so the long tests at the front land on different workers
+  and each starts at once. ``c`` is xdist's own first-round size (a quarter of a worker's share,
+  at most ``--maxschedchunk``); after the first round xdist's ``LoadScheduling`` hands out the rest
+  unchanged (a worker asks for more as its queue runs low). xdist's own first round sends each
+  worker a contiguous chunk, which would give every long test to the first worker.
+
+Other ``--dist`` modes (``worksteal``, ``loadscope``, ...) are xdist's, unchanged. The order changes
+only when tests run, never what runs nor how it is checked: every property draws its examples from
+its own derandomized seed under the ``ci`` profile, so outcomes and example counts do not depend
+on it (``python -m bench.scaling`` compares them across worker counts).
+"""
+
+from __future__ import annotations
+
+import pytest
+
+MARKER = "long(seconds): a long self-test (runs pytest in subprocesses); under xdist the longest start first"
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    config.addinivalue_line("markers", MARKER)
+
+
+def expected_seconds(item: pytest.Item) -> float | None:
+    """The ``long`` marker's ``seconds`` (0 when it gives none), or None for an unmarked test."""
+    marker = item.get_closest_marker("long")
+    if marker is None:
+        return None
+    return float(marker.kwargs.get("seconds", marker.args[0] if marker.args else 0))
+
+
+def long_first(items: list[pytest.Item]) -> list[pytest.Item]:
+    """``items`` with the ``long``-marked tests first, longest first; a stable sort (ties keep their order)."""
+
+    def key(item: pytest.Item) -> tuple[bool, float]:
+        seconds = expected_seconds(item)
+        return (seconds is None, -(seconds or 0))
+
+    return sorted(items, key=key)
+
+
+@pytest.hookimpl(trylast=True)
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    if hasattr(config, "workerinput"):  # an xdist worker
+        items[:] = long_first(items)
+
+
+def deal(indices: list[int], workers: int) -> list[list[int]]:
+    """Split ``indices`` round-robin over ``workers`` queues: queue ``k`` gets ``indices[k::workers]``."""
+    return [indices[k::workers] for k in range(workers)]
+
+
+def first_round(tests: int, workers: int, max_chunk: int | None) -> int:
+    """Tests sent in the first round: ``workers`` times xdist's chunk, a quarter of a worker's share
+    (at least 1, at most ``max_chunk``), never more than there are."""
+    chunk = max(1, min(tests // workers // 4, max_chunk or tests))
+    return min(tests, workers * chunk)
+
+
+def _scheduler_class() -> type:
+    from xdist.scheduler import LoadScheduling
+
+    class DealtLoadScheduling(LoadScheduling):
+        """xdist's ``LoadScheduling`` with a dealt first round (:func:`deal`, :func:`first_round`)."""
+
+        def schedule(self) -> None:
+            collections = list(self.node2collection.values())
+            if self.collection is None and collections[0] and all(c == collections[0] for c in collections):
+                self.collection = collections[0]
+                if self.maxschedchunk is None:
+                    self.maxschedchunk = len(self.collection)
+                nodes = self.nodes
+                head = first_round(len(self.collection), len(nodes), self.maxschedchunk)
+                self.pending[:] = range(head, len(self.collection))
+                for node, queue in zip(nodes, deal(list(range(head)), len(nodes)), strict=True):
+                    if queue:
+                        self.node2pending[node].extend(queue)
+                        node.send_runtest_some(queue)
+            # later calls, an empty or mismatched collection (xdist reports it), and after the first round:
+            # LoadScheduling tops up (or shuts down) each worker from the pending tests
+            super().schedule()
+
+    return DealtLoadScheduling
+
+
+@pytest.hookimpl(tryfirst=True, optionalhook=True)
+def pytest_xdist_make_scheduler(config: pytest.Config, log):
+    """``--dist load`` (the default of ``-n``): :class:`DealtLoadScheduling`; other modes stay xdist's."""
+    if config.getvalue("dist") != "load":
+        return None
+    return _scheduler_class()(config, log)
