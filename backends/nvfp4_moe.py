@@ -19,7 +19,7 @@ from typing import Any, ClassVar
 
 import torch
 
-from adapters import b12x
+from adapters import b12x, vllm_cutlass_moe
 from adapters import flashinfer as fi
 from adapters import flashinfer_cutedsl as cutedsl
 from adapters import flashinfer_moe_kernels as kernels
@@ -39,6 +39,7 @@ class Nvfp4MoeBackend(enum.Enum):
     FLASHINFER_TRTLLM_PER_TOKEN = "flashinfer-trtllm-per-token"  # trtllm-gen, dynamic per-token activation scale
     FLASHINFER_CUTEDSL = "flashinfer-cutedsl"  # cute_dsl_fused_moe w4a4 (SM100/SM103)
     B12X = "b12x"  # the b12x library's fused MoE, W4A4 (SM120/SM121)
+    VLLM_CUTLASS = "vllm-cutlass"  # vLLM's own cutlass_moe_fp4 (SM100)
 
 
 @dataclass(frozen=True)
@@ -272,4 +273,27 @@ to 128; the hidden size only to whole NVFP4 blocks (:func:`adapters.b12x.b12x_nv
 preparation the suite can undo on CPU and no kernel runner (the kernel needs an SM120 GPU, which the
 suite's hardware markers do not name)."""
 
-register(*RECORDS, PER_TOKEN_RECORD, CUTEDSL_RECORD, B12X_RECORD)
+VLLM_CUTLASS_RECORD = Nvfp4MoeRecord(
+    member=Nvfp4MoeBackend.VLLM_CUTLASS,
+    contract=CONTRACT,
+    entry_point="vllm._custom_ops.cutlass_fp4_moe_mm (vLLM run_cutlass_moe_fp4)",
+    sources=(
+        "vllm 0.33.0 vllm/model_executor/layers/fused_moe/experts/cutlass_moe.py",
+        "vllm 0.33.0 vllm/model_executor/layers/quantization/utils/flashinfer_fp4_moe.py",
+        "https://github.com/vllm-project/vllm/pull/35497",
+    ),
+    fc1_layout=Fc1Layout.GATE_UP,
+    intermediate_multiple=64,
+    intermediate_multiple_non_gated=128,
+    hidden_multiple=128,
+    violations=vllm_cutlass_moe.vllm_cutlass_nvfp4_violations,
+)
+"""vLLM's own CUTLASS NVFP4 MoE (vLLM 0.33.0 ``VLLM_CUTLASS``, SM100).
+
+It differs from ``flashinfer-cutlass`` in FC1 order (``[gate; up]``: vLLM does not swap for it) and in the
+hidden size: its grouped GEMM strides experts' 128x4-swizzled scales by the logical ``N · K/16``, so
+``Hp`` must be a multiple of 128 (FC2's rows) as well as the FC1 rows (vLLM PR #35497, closed unmerged;
+:func:`adapters.vllm_cutlass_moe.vllm_cutlass_nvfp4_violations`). No kernel runner: the kernel is in
+vLLM's CUDA build (``sm100``)."""
+
+register(*RECORDS, PER_TOKEN_RECORD, CUTEDSL_RECORD, B12X_RECORD, VLLM_CUTLASS_RECORD)

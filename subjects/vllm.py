@@ -43,7 +43,7 @@ import torch
 from adapters import aiter_triton
 from adapters import flashinfer_cutedsl as cutedsl
 from adapters.aiter import AiterUnavailable
-from backends import records
+from backends import record, records
 from backends.kernel_defects import AITER_LINEAR_DEFECTS, covering
 from backends.mxfp4_linear import AiterLinearPath
 from backends.mxfp4_moe import CONTRACT as MXFP4_MOE
@@ -59,9 +59,11 @@ from contracts.shared_expert import CONTRACT as SHARED_EXPERT
 from contracts.shared_expert import SharedExpertPlacement, SharedExpertRefused, SharedExpertSetup
 from reference.formats import MxScaleRounding
 from reference.layouts import (
+    Fc1Layout,
     aiter_shuffle_weight,
     grouped_gate_up_interleave,
     inverse_permutation,
+    relayout_fc1,
     swap_halves,
     unswizzle_128x4,
 )
@@ -112,6 +114,7 @@ def vllm_modules() -> types.SimpleNamespace:
         b12x_moe=b12x_moe,
         fiu=fiu,
         NvFp4MoeBackend=nvfp4_oracle.NvFp4MoeBackend,
+        global_input_scale=nvfp4_oracle.is_global_sf_supported_for_nvfp4_backend,
         MoEActivation=activation.MoEActivation,
         mxfp4_oracle=mxfp4_oracle,
         moe_utils=moe_utils,
@@ -158,6 +161,7 @@ VLLM_NVFP4_BACKENDS: dict[Nvfp4MoeBackend, tuple[str, bool]] = {
     Nvfp4MoeBackend.FLASHINFER_TRTLLM_PER_TOKEN: ("FLASHINFER_TRTLLM", True),
     Nvfp4MoeBackend.FLASHINFER_CUTEDSL: ("FLASHINFER_CUTEDSL", False),
     Nvfp4MoeBackend.B12X: ("B12X", False),
+    Nvfp4MoeBackend.VLLM_CUTLASS: ("VLLM_CUTLASS", False),
 }
 """The suite's NVFP4 MoE backends as vLLM's ``NvFp4MoeBackend`` members and whether the layer's
 activation scale is per-token (ModelOpt ``kNvfp4DynamicToken``: ``ModelOptNvFp4FusedMoE.per_token_activation``).
@@ -205,7 +209,8 @@ class VllmNvfp4MoeAlignment:
         member, per_token = VLLM_NVFP4_BACKENDS[backend]
         branches = {
             "FLASHINFER_TRTLLM": lambda: self._trtllm(v, layer, args, gated, per_token),
-            "FLASHINFER_CUTLASS": lambda: self._cutlass(v, args, gated, h),
+            "FLASHINFER_CUTLASS": lambda: self._cutlass(v, backend, args, gated, h),
+            "VLLM_CUTLASS": lambda: self._cutlass(v, backend, args, gated, h),
             "FLASHINFER_CUTEDSL": lambda: self._cutedsl(v, layer, args, gated),
             "B12X": lambda: self._b12x(v, args, gated, h),
         }
@@ -234,23 +239,36 @@ class VllmNvfp4MoeAlignment:
         return AlignedMoe(aligned, cfg.intermediate_size_per_partition, cfg.hidden_dim)
 
     @staticmethod
-    def _cutlass(v: types.SimpleNamespace, args: tuple, gated: bool, hidden: int) -> AlignedMoe:
-        """vLLM's CUTLASS branch pads non-gated rows itself but leaves ``intermediate_size_per_partition``
-        unchanged. No consumer on that path reads it (``FlashInferExperts.apply`` hands the weights to
-        ``cutlass_fused_moe``, the modular kernel takes N from ``w1.shape``), so the size the kernel
-        sees, reported here, is read off the returned ``w2``."""
+    def _cutlass(
+        v: types.SimpleNamespace, backend: Nvfp4MoeBackend, args: tuple, gated: bool, hidden: int
+    ) -> AlignedMoe:
+        """vLLM's CUTLASS branch (FLASHINFER_CUTLASS, VLLM_CUTLASS) pads non-gated rows itself but leaves
+        ``intermediate_size_per_partition`` unchanged. No consumer on that path reads it
+        (``FlashInferExperts.apply`` hands the weights to ``cutlass_fused_moe``, ``run_cutlass_moe_fp4``
+        and the modular kernel take N from ``w1.shape``), so the size the kernel sees, reported here, is
+        read off the returned ``w2``. FC1 comes back in the order the backend's kernel reads (its record's
+        ``fc1_layout``) and is turned into the contract's ``[up; gate]``."""
+        member = VLLM_NVFP4_BACKENDS[backend][0]
+        vllm_backend = v.NvFp4MoeBackend[member]
+        if not v.global_input_scale(vllm_backend):  # per-expert [w1, w3] input scales, as ModelOpt loads them
+            args = (*args[:4], torch.ones(args[4].shape[0], 2), *args[5:])
         try:
             with _cuda_as_identity():
-                out = v.ffm.prepare_nvfp4_moe_layer_for_fi_or_cutlass(
-                    v.NvFp4MoeBackend.FLASHINFER_CUTLASS, *args, is_act_and_mul=gated
-                )
+                out = v.ffm.prepare_nvfp4_moe_layer_for_fi_or_cutlass(vllm_backend, *args, is_act_and_mul=gated)
         except NotImplementedError as exc:
-            raise UnsupportedConfig(f"vLLM FLASHINFER_CUTLASS: {exc.args}") from exc
+            raise UnsupportedConfig(f"vLLM {member}: {exc.args}") from exc
         w13, w13_scale, _, _, w2, w2_scale, _, _ = (t.cpu() for t in out)
         rows, ip = w13.shape[1], 2 * w2.shape[2]
+        w13_scale = unswizzle_128x4(w13_scale.view(torch.uint8), rows, hidden // 16)
+        if gated:
+            source = record(backend).fc1_layout
+            w13, w13_scale = (
+                relayout_fc1(w13, source, Fc1Layout.UP_GATE),
+                relayout_fc1(w13_scale, source, Fc1Layout.UP_GATE),
+            )
         aligned = MoeWeights(
             w13=w13,
-            w13_scale=unswizzle_128x4(w13_scale.view(torch.uint8), rows, hidden // 16),
+            w13_scale=w13_scale,
             w2=w2,
             w2_scale=unswizzle_128x4(w2_scale.view(torch.uint8), hidden, ip // 16),
             block=16,
@@ -649,6 +667,29 @@ VLLM_KNOWN_FAILURES: tuple[KnownFailure, ...] = (
         match=r"policy refused a shape real models produce .*vLLM FLASHINFER_CUTLASS: .*Intermediate size padding "
         r"for w1 and w3",
         backend=Nvfp4MoeBackend.FLASHINFER_CUTLASS.value,
+    ),
+    KnownFailure(
+        NVFP4_MOE,
+        "VLLM_CUTLASS shares FLASHINFER_CUTLASS's preparation: NotImplementedError for gated layers with "
+        "2I % 128 != 0 instead of padding each half; open fix: PR #48624 (names the VLLM_CUTLASS path)",
+        "https://github.com/vllm-project/vllm/pull/48624",
+        applies=lambda shape: shape.gated and (2 * shape.intermediate) % 128 != 0,
+        raises=AssertionError,
+        match=r"policy refused a shape real models produce .*vLLM VLLM_CUTLASS: .*Intermediate size padding "
+        r"for w1 and w3",
+        backend=Nvfp4MoeBackend.VLLM_CUTLASS.value,
+    ),
+    KnownFailure(
+        NVFP4_MOE,
+        "VLLM_CUTLASS leaves the hidden size unpadded while swizzle_blockscale pads FC2's scale rows to 128: "
+        "cutlass_fp4_moe_mm strides experts' scales by the logical N x K/16, so every expert after the first "
+        "reads wrong scales (hidden 2880: garbage output); fix PR #35497 closed unmerged",
+        "https://github.com/vllm-project/vllm/pull/35497",
+        applies=lambda shape: shape.hidden % 128 != 0,
+        raises=AssertionError,
+        match=r"vllm-cutlass rejects .*FC2 scales: the kernel strides experts",
+        backend=Nvfp4MoeBackend.VLLM_CUTLASS.value,
+        check="check_flashinfer_accepts",
     ),
     KnownFailure(
         MXFP4_LINEAR,

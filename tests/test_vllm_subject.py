@@ -258,11 +258,25 @@ def test_cutedsl_interleave_is_vllms(half: int) -> None:
         (Nvfp4MoeBackend.FLASHINFER_CUTEDSL, False, 176, 2688, (256, 2816)),
         (Nvfp4MoeBackend.B12X, True, 176, 2688, (192, 2688)),  # b12x leaves H as it is
         (Nvfp4MoeBackend.B12X, False, 176, 2688, (256, 2688)),  # end-padded to the swizzle's 128 rows
+        (Nvfp4MoeBackend.VLLM_CUTLASS, True, 192, 2880, (192, 2880)),  # H left at 2880 (vLLM PR #35497)
+        (Nvfp4MoeBackend.VLLM_CUTLASS, False, 176, 2688, (256, 2688)),
     ],
 )
-def test_nvfp4_cutedsl_and_b12x_sizes_from_vllm(
+def test_nvfp4_new_backend_sizes_from_vllm(
     backend: Nvfp4MoeBackend, gated: bool, intermediate: int, hidden: int, want: tuple[int, int]
 ) -> None:
     aligned = sv.VllmNvfp4MoeAlignment().align_moe(backend, _nvfp4_weights(intermediate, hidden, gated), gated)
     assert (aligned.intermediate_size, aligned.hidden_size) == want
     assert aligned.weights.w2.shape[1:] == (want[1], want[0] // 2)
+
+
+def test_nvfp4_vllm_cutlass_keeps_w1_w3() -> None:
+    """VLLM_CUTLASS gets vLLM's ``[w1; w3]`` back; the adapter returns the contract's ``[up; gate]``: a gate
+    row labelled 1 and an up row labelled 2 land where the built-in policy puts them."""
+    weights = _nvfp4_weights(128, 256, True)
+    w13 = weights.w13.clone()
+    w13[:, :128] = 2  # [up; gate]: up rows first
+    w13[:, 128:] = 1
+    labelled = MoeWeights(w13, weights.w13_scale, weights.w2, weights.w2_scale, block=16)
+    aligned = sv.VllmNvfp4MoeAlignment().align_moe(Nvfp4MoeBackend.VLLM_CUTLASS, labelled, True)
+    assert torch.equal(aligned.weights.w13, w13)
