@@ -236,8 +236,8 @@ def _part(report: dict[str, Any]) -> dict[str, Any]:
 def joined(reports: list[dict[str, Any]]) -> dict[str, Any]:
     """One report from runs of different subjects under the same seeds and budgets (a subject measured
     again replaces its earlier row), and from fixed-grid-only runs (``--no-suite``: grid verdicts do
-    not depend on seeds); the date, machine and versions are the last suite run's, the wall time the
-    sum, and ``parts`` keeps each run's date and subjects."""
+    not depend on seeds); the machine and versions are the last suite run's, the date the latest, the
+    wall time the sum, and ``parts`` keeps each run's date and subjects."""
     suites = [r for r in reports if r["suite"]] or reports
     first, last = suites[0], suites[-1]
     conditions = ("seeds", "budget", "rate_seeds", "quick")
@@ -257,6 +257,7 @@ def joined(reports: list[dict[str, Any]]) -> dict[str, Any]:
         "suite": list(rows.values()),
         "grids": list(grids.values()),
         "throughput": next((r["throughput"] for r in reversed(reports) if r["throughput"]), []),
+        "date": max(r["date"] for r in reports),
         "wall_seconds": sum(r["wall_seconds"] for r in reports),
         "parts": parts,
     }

@@ -139,7 +139,7 @@ def test_reports_of_the_same_options_join_and_a_later_row_replaces_an_earlier_on
     assert [(r["subject"], r["v"]) for r in both["suite"]] == [("bad-a", "d1"), ("bad-b", "d2"), ("bad-c", "d2")]
     assert set(both["grids"][0]["catches"]) == {"bad-a", "bad-b", "bad-c", "bad-d"}
     assert (
-        both["date"] == "d2"
+        both["date"] == "d3"
         and both["wall_seconds"] == 30
         and both["parts"][2] == {"date": "d3", "subjects": [], "grids": 1}
     )
