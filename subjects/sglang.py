@@ -635,6 +635,16 @@ MXFP4_BACKENDS: dict[Mxfp4MoeBackend, SglangMxfp4Backend] = {
         Fc1Layout.GATE_UP,
         stacked_via_quark=True,
     ),
+    # the same branch under SGLang's default SGLANG_USE_AITER_MOE_GU_ITLV: gpt-oss's [gate; up] halves go to
+    # shuffle_weight_a16w4 / shuffle_scale_a16w4 (gate_up=True); stacked checkpoints (gate_up_interleaved=False)
+    # take the separated shuffle_weight / shuffle_scale, the same [gate; up] input
+    Mxfp4MoeBackend.AITER_A16W4: SglangMxfp4Backend(
+        "auto",
+        {"is_hip": True, "is_cuda": False, "is_sm100": False},
+        {"_use_aiter": True},
+        tuple(("mxfp4", n) for n in ("shuffle_weight", "shuffle_scale", "shuffle_weight_a16w4", "shuffle_scale_a16w4")),
+        Fc1Layout.GATE_UP,
+    ),
     # `if self.use_marlin`: check_moe_marlin_supports_layer, deinterleave_moe_mxfp4_w13_for_marlin (gpt-oss's
     # gemm1_alpha is set), then prepare_moe_mxfp4_layer_for_marlin (gptq_marlin_repack, CUDA).
     Mxfp4MoeBackend.MARLIN: SglangMxfp4Backend(
