@@ -11,7 +11,7 @@ import json
 import sys
 from pathlib import Path
 
-from bench.run import markdown, readme_section, run, update_readme
+from bench.run import joined, markdown, readme_section, run, update_readme
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -32,14 +32,20 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--subject", action="append", help="only these subjects: a registered name or package.module:attr (repeatable)"
     )
+    parser.add_argument("--jobs", type=int, default=1, help="subjects measured at once in worker processes (default 1)")
     parser.add_argument("--no-throughput", action="store_true", help="skip the pytest throughput pass")
     parser.add_argument("--no-grids", action="store_true", help="skip the fixed-grid comparison")
     parser.add_argument("--out", type=Path, default=Path("results/bench"), help="output folder")
     parser.add_argument("--readme", type=Path, help="also rewrite this README's generated bench section")
-    parser.add_argument("--from-json", type=Path, help="render a bench.json written earlier instead of measuring")
+    parser.add_argument(
+        "--from-json",
+        type=Path,
+        action="append",
+        help="render bench.json files written earlier instead of measuring (repeatable: their subjects joined)",
+    )
     args = parser.parse_args(argv)
     if args.from_json:
-        report = json.loads(args.from_json.read_text())
+        report = joined([json.loads(path.read_text()) for path in args.from_json])
     else:
         report = run(
             [0] if args.quick else list(range(args.seeds)),
@@ -50,6 +56,7 @@ def main(argv: list[str] | None = None) -> int:
             subjects=args.subject,
             with_throughput=not (args.quick or args.no_throughput),
             with_grids=not args.no_grids,
+            jobs=args.jobs,
         )
     print(markdown(report))
     if args.readme:

@@ -6,9 +6,11 @@ constructor under its test hooks, :func:`subjects.sglang.sglang_layer_context`) 
 shard. The loaders are :mod:`subjects.sglang`'s, unchanged:
 
 * NVFP4 (ModelOpt, 16-groups, gate / up / down per expert): :func:`subjects.sglang.load_nvfp4_rank`
-  under ``--moe-runner-backend flashinfer_trtllm`` on a B200, :data:`NVFP4_BACKEND`: every rank's
-  buffer is ``ru(I/tp, 64)`` channels (gated; 128 non-gated) and rank ``r`` reads from
-  ``r·ru(I/tp, 64)``, so the last ranks are short or empty (``reference.sizes.padded_split``).
+  under a ``--moe-runner-backend`` on a B200, by default :data:`NVFP4_BACKEND` (``flashinfer_trtllm``):
+  every rank's buffer is ``ru(I/tp, 64)`` channels (gated; 128 non-gated) and rank ``r`` reads from
+  ``r·ru(I/tp, 64)``, so the last ranks are short or empty (``reference.sizes.padded_split``). Under
+  ``flashinfer_cutlass`` the buffer is ``I/tp`` and every tensor is narrowed by its own size / tp,
+  which cuts scale groups where ``(I/tp) % 16 != 0`` (``tests/test_sglang_subject.py`` pins it).
 
 SGLang asserts ``I % tp == 0`` in ``FusedMoE.__init__``; that assertion is reported as
 :class:`~contracts.moe_sharding.ShardRefused`. Which channels a rank holds is read back
@@ -28,11 +30,15 @@ from reference.layouts import Fc1Layout, relayout_fc1
 from subjects.moe_sharding import LoaderSharding
 
 NVFP4_BACKEND = Nvfp4MoeBackend.FLASHINFER_TRTLLM
-"""The runner backend whose ``FusedMoE`` loads NVFP4 shards: SGLang's padded whole-block split."""
+"""The runner backend whose ``FusedMoE`` loads NVFP4 shards for the ``sglang`` subject: SGLang's padded
+whole-block split."""
 
 
 class SglangMoeSharding(LoaderSharding):
-    """SGLang 0.5.23's ``FusedMoE.weight_loader`` for every rank (module docstring)."""
+    """SGLang 0.5.23's ``FusedMoE.weight_loader`` for every rank (module docstring), NVFP4 under ``backend``."""
+
+    def __init__(self, backend: Nvfp4MoeBackend = NVFP4_BACKEND) -> None:
+        self.backend = backend
 
     def load_rank(self, ckpt: MoeWeights, gated: bool, tp: int, rank: int) -> MoeWeights:
         from subjects.sglang import load_nvfp4_rank
@@ -44,7 +50,7 @@ class SglangMoeSharding(LoaderSharding):
         rows = relayout_fc1(ckpt.w13, layout, Fc1Layout.UP_GATE) if gated else ckpt.w13
         scales = relayout_fc1(ckpt.w13_scale, layout, Fc1Layout.UP_GATE) if gated else ckpt.w13_scale
         try:
-            loaded, _ = load_nvfp4_rank(NVFP4_BACKEND, replace(ckpt, w13=rows, w13_scale=scales), gated, tp, rank)
+            loaded, _ = load_nvfp4_rank(self.backend, replace(ckpt, w13=rows, w13_scale=scales), gated, tp, rank)
         except AssertionError as exc:
             if ckpt.intermediate_size % tp:
                 raise ShardRefused(f"SGLang FusedMoE: intermediate size {ckpt.intermediate_size} at TP={tp}") from exc

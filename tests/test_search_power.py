@@ -9,7 +9,15 @@ from hypothesis import strategies as st
 import bench.run
 from bench.detection import Property, common_prefix, detect, generated, properties, property_seed
 from bench.grids_adapter import guard_truth_table
-from bench.run import README_END, README_START, chosen_subjects, grid_catches, readme_section, update_readme
+from bench.run import (
+    README_END,
+    README_START,
+    chosen_subjects,
+    grid_catches,
+    joined,
+    readme_section,
+    update_readme,
+)
 from strategies.boundaries import RULE_MODULI, boundary_sizes, moduli_for, straddle
 from strategies.linear import ScaleShapeCase, guard_boundary_scales
 from strategies.shared_expert import shared_expert_cases
@@ -116,3 +124,19 @@ def test_a_grid_catches_a_subject_only_where_the_builtin_passes(monkeypatch) -> 
     monkeypatch.setattr(bench.run, "properties", lambda contract: [Property("t", cannot_run, st.nothing(), (), None)])
     verdict, how = grid_catches(resolve("bad-asm-96-rows"), "mxfp4_linear", cases)
     assert verdict == "suite error" and "built-in subject fails too" in how
+
+
+def test_reports_of_the_same_options_join_and_a_later_row_replaces_an_earlier_one() -> None:
+    def report(date: str, subjects: list[str], seeds: int = 20) -> dict:
+        return {
+            "seeds": list(range(seeds)), "budget": 200, "rate_seeds": 5, "quick": False, "date": date,
+            "wall_seconds": 10, "throughput": [], "suite": [{"subject": s, "v": date} for s in subjects],
+            "grids": [{"name": "g", "catches": {s: "missed" for s in subjects}}],
+        }  # fmt: skip
+
+    both = joined([report("d1", ["bad-a", "bad-b"]), report("d2", ["bad-b", "bad-c"])])
+    assert [(r["subject"], r["v"]) for r in both["suite"]] == [("bad-a", "d1"), ("bad-b", "d2"), ("bad-c", "d2")]
+    assert set(both["grids"][0]["catches"]) == {"bad-a", "bad-b", "bad-c"}
+    assert both["date"] == "d2" and both["wall_seconds"] == 20 and len(both["parts"]) == 2
+    with pytest.raises(SystemExit, match="cannot be joined"):
+        joined([report("d1", ["bad-a"]), report("d2", ["bad-c"], seeds=5)])

@@ -275,3 +275,18 @@ def test_mxfp4_loader_places_in_the_corner_and_pads_scales_with_one() -> None:
         pad = torch.ones_like(dst, dtype=torch.bool)
         pad[corner] = False
         assert set(dst[pad].unique().tolist()) == ({127} if name.endswith("scale") else {0}), name
+
+
+def test_cutlass_loader_split_cuts_groups() -> None:
+    """Under ``flashinfer_cutlass`` SGLang 0.5.23's NVFP4 loader narrows every tensor by its own size / tp
+    (buffer ``I/tp``): Gemma-4-26B-A4B at TP8 gets 88 channels but 5 FC2 scale groups per rank, the split
+    vLLM #49949 reports for vLLM (README findings; not reported to SGLang). The ``sglang`` subject's
+    ``moe_sharding`` policy loads under ``flashinfer_trtllm``, whose padded split keeps whole groups; this
+    fails once the CUTLASS split keeps whole groups too."""
+    from conformance.test_moe_sharding import check_every_element_on_one_rank
+    from strategies.moe_sharding import pinned_sharding
+    from subjects.sglang_sharding import SglangMoeSharding
+
+    policy = SglangMoeSharding(Nvfp4MoeBackend.FLASHINFER_CUTLASS)
+    with pytest.raises(AssertionError, match=r"rank 0 holds channels \[0, 88\), which cut a 16-element scale group"):
+        check_every_element_on_one_rank(pinned_sharding("gemma-4-26b-a4b", 8), None, policy)
