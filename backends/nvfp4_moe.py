@@ -19,7 +19,7 @@ from typing import Any, ClassVar
 
 import torch
 
-from adapters import b12x
+from adapters import b12x, vllm_cutlass_moe
 from adapters import flashinfer as fi
 from adapters import flashinfer_cutedsl as cutedsl
 from adapters import flashinfer_moe_kernels as kernels
@@ -39,6 +39,7 @@ class Nvfp4MoeBackend(enum.Enum):
     FLASHINFER_TRTLLM_PER_TOKEN = "flashinfer-trtllm-per-token"  # trtllm-gen, dynamic per-token activation scale
     FLASHINFER_CUTEDSL = "flashinfer-cutedsl"  # cute_dsl_fused_moe w4a4 (SM100/SM103)
     B12X = "b12x"  # the b12x library's fused MoE, W4A4 (SM120/SM121)
+    VLLM_CUTLASS = "vllm-cutlass"  # vLLM's own cutlass_moe_fp4 (SM100)
 
 
 @dataclass(frozen=True)
@@ -239,6 +240,11 @@ CUTEDSL_RECORD = Nvfp4MoeRecord(
     hidden_multiple=256,
     violations=cutedsl.cutedsl_nvfp4_violations,
     prepare=cutedsl.cutedsl_fp4_weights,
+    kernel_requires=("sm100", "flashinfer"),
+    kernel=cutedsl.run_cutedsl_fp4_moe,
+    kernel_activations=tuple(cutedsl.CUTEDSL_ACTIVATIONS),
+    tolerance=FLASHINFER_FP4_BOUND,
+    padding_reference=256,  # FlashInfer's pad_trtllm_moe_weights, H to the CuteDSL K tile; no valid sizes
 )
 """FlashInfer's CuteDSL NVFP4 MoE (vLLM 0.33.0 ``FLASHINFER_CUTEDSL``).
 
@@ -247,8 +253,11 @@ The contract's ``[up; gate]`` halves, padded per half, are what it starts from; 
 up/gate groups and 128x4-swizzles the scales. GEMM1's ``F·Ip % 128`` gives the same ``Ip`` multiples as
 trtllm-gen (64 gated, 128 non-gated), and its K tile the hidden 256. A padding that ends the fused block
 (the TensorRT-LLM #18520 loader: CuteDSL raised "rows of Interleaved block scales should be multiple of
-128", CUTLASS mispaired silently) is ``bad-end-padding``'s bug. No kernel runner: the kernels are CuTe DSL
-programs for SM100/SM103 (``sm100``) that the suite does not drive yet."""
+128", CUTLASS mispaired silently) is ``bad-end-padding``'s bug. Its kernel properties
+(:func:`adapters.flashinfer_cutedsl.run_cutedsl_fp4_moe`, ``sm100`` plus nvidia-cutlass-dsl) use the
+FlashInfer FP4 bound: the CuteDSL kernels re-quantize the intermediate with the same encode scale and
+accumulate in fp32 like the CUTLASS one, so the error argument carries over; it has not been measured on
+this backend (no SM100 GPU has run it)."""
 
 B12X_RECORD = Nvfp4MoeRecord(
     member=Nvfp4MoeBackend.B12X,
@@ -272,4 +281,27 @@ to 128; the hidden size only to whole NVFP4 blocks (:func:`adapters.b12x.b12x_nv
 preparation the suite can undo on CPU and no kernel runner (the kernel needs an SM120 GPU, which the
 suite's hardware markers do not name)."""
 
-register(*RECORDS, PER_TOKEN_RECORD, CUTEDSL_RECORD, B12X_RECORD)
+VLLM_CUTLASS_RECORD = Nvfp4MoeRecord(
+    member=Nvfp4MoeBackend.VLLM_CUTLASS,
+    contract=CONTRACT,
+    entry_point="vllm._custom_ops.cutlass_fp4_moe_mm (vLLM run_cutlass_moe_fp4)",
+    sources=(
+        "vllm 0.33.0 vllm/model_executor/layers/fused_moe/experts/cutlass_moe.py",
+        "vllm 0.33.0 vllm/model_executor/layers/quantization/utils/flashinfer_fp4_moe.py",
+        "https://github.com/vllm-project/vllm/pull/35497",
+    ),
+    fc1_layout=Fc1Layout.GATE_UP,
+    intermediate_multiple=64,
+    intermediate_multiple_non_gated=128,
+    hidden_multiple=128,
+    violations=vllm_cutlass_moe.vllm_cutlass_nvfp4_violations,
+)
+"""vLLM's own CUTLASS NVFP4 MoE (vLLM 0.33.0 ``VLLM_CUTLASS``, SM100).
+
+It differs from ``flashinfer-cutlass`` in FC1 order (``[gate; up]``: vLLM does not swap for it) and in the
+hidden size: its grouped GEMM strides experts' 128x4-swizzled scales by the logical ``N · K/16``, so
+``Hp`` must be a multiple of 128 (FC2's rows) as well as the FC1 rows (vLLM PR #35497, closed unmerged;
+:func:`adapters.vllm_cutlass_moe.vllm_cutlass_nvfp4_violations`). No kernel runner: the kernel is in
+vLLM's CUDA build (``sm100``)."""
+
+register(*RECORDS, PER_TOKEN_RECORD, CUTEDSL_RECORD, B12X_RECORD, VLLM_CUTLASS_RECORD)

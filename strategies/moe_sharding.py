@@ -2,7 +2,8 @@
 
 The intermediate size is the model's global one (catalogued models at TP ∈ {1, 2, 4, 8, 16}) or
 adversarial: a whole number of groups, drawn so that even splits cut groups, ranks hold less
-than one group, and the last ranks of a whole-block split are short or empty. The hidden size
+than one group, and the last ranks of a whole-block split are short or empty (2-4 groups per rank
+make a short last non-empty rank likely). The hidden size
 is reduced as in :mod:`strategies.moe` (the split does not touch it). The scale group is 16
 (NVFP4) or 32 (MXFP4); the checkpoint's FC1 rows are stacked ``[gate; up]`` or row-interleaved.
 """
@@ -61,7 +62,10 @@ def sharding_configs(draw: st.DrawFn) -> ShardingConfig:
     tp = pin.tp if pin.tp is not None else draw(st.sampled_from(TP_DEGREES))
     if pin.model is None and draw(st.booleans()):
         name, hidden = "adversarial", 32 * draw(st.integers(1, 16))
-        intermediate = block * draw(st.one_of(st.integers(1, 2 * tp), st.integers(1, 64)))
+        # groups: up to two per rank (ranks smaller than a group, empty last ranks), 2-4 per rank (a
+        # whole-block split whose last non-empty rank is short), or any count up to 64
+        groups = st.one_of(st.integers(1, 2 * tp), st.integers(tp + 1, 4 * tp), st.integers(1, 64))
+        intermediate = block * draw(groups)
         activation = draw(st.sampled_from(ACTIVATIONS))
     else:
         m = MODELS[pin.model or draw(st.sampled_from(sorted(MODELS)))]

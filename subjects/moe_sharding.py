@@ -196,6 +196,9 @@ class EndPaddedShortRank(BuiltinMoeSharding):
         out = []
         for r, s in enumerate(shards):
             buffer = s.weights.intermediate_size
+            if not 0 < s.real < buffer:  # a full or empty rank has no padding to misplace
+                out.append(s)
+                continue
             own = take_channels(weights, gated, s.offset, s.real, s.real, r)
             padded = pad_fused_block_at_end(own, gated, buffer, weights.hidden_size).weights
             out.append(RankShard(padded, s.offset, s.real))

@@ -3,7 +3,7 @@
 The protocol is :class:`contracts.moe.MoeAlignment` with ``block = 16`` weights whose FC1 rows are
 in FlashInfer's ``[up; gate]`` order (vLLM swaps ``[w1; w3]`` before aligning); the backends and
 their rules are the records of :mod:`backends.nvfp4_moe`. Subjects shipped here: the correct
-built-in policy and two known-bad ones reproducing vLLM bugs.
+built-in policy and three known-bad ones reproducing vLLM bugs.
 """
 
 from __future__ import annotations
@@ -11,6 +11,7 @@ from __future__ import annotations
 from backends import record
 from backends.nvfp4_moe import CONTRACT, Nvfp4MoeBackend
 from contracts.moe import AlignedMoe, MoeAlignment, MoeWeights, pad_moe
+from reference.formats import NVFP4_BLOCK
 from reference.sizes import round_up
 from subjects.moe_bugs import pad_fused_block_at_end
 from subjects.registry import Subject, register_contract, register_subject
@@ -48,6 +49,15 @@ class EndPaddingAlignment:
         return pad_fused_block_at_end(weights, gated, ip, hp)
 
 
+class HiddenUnpaddedAlignment:
+    """vLLM PR #35497: the intermediate size padded as the backend needs, the hidden size left at whole NVFP4
+    blocks, while the backend's scale layout pads it (vLLM's CUTLASS MoE at hidden 2880: scales 2944 rows)."""
+
+    def align_moe(self, backend: Nvfp4MoeBackend, weights: MoeWeights, gated: bool) -> AlignedMoe:
+        ip, _ = required_sizes(backend, weights.intermediate_size, weights.hidden_size, gated)
+        return pad_moe(weights, gated, ip, round_up(weights.hidden_size, NVFP4_BLOCK))
+
+
 register_contract(CONTRACT, MoeAlignment, BuiltinNvfp4MoeAlignment(), tuple(Nvfp4MoeBackend))
 register_subject(
     Subject(
@@ -63,5 +73,13 @@ register_subject(
         "fused gate/up block zero-padded at its end instead of per half",
         {CONTRACT: EndPaddingAlignment()},
         reproduces="vLLM #55649 (Gemma-4-26B-A4B TP=2: silent corruption)",
+    )
+)
+register_subject(
+    Subject(
+        "bad-hidden-unpadded",
+        "NVFP4 MoE hidden size left at whole 16-element blocks where the backend's scale layout pads it",
+        {CONTRACT: HiddenUnpaddedAlignment()},
+        reproduces="vLLM PR #35497 (CUTLASS NVFP4 MoE, hidden 2880: experts after the first read wrong scales)",
     )
 )

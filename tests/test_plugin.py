@@ -204,7 +204,7 @@ def test_known_bad_failure_writes_a_reproduction_that_fails_the_same_way(tmp_pat
 
 @pytest.mark.long(25)
 def test_summary_table_reports_contract_backend_hardware(tmp_path: Path) -> None:
-    result = run_pytest(NVFP4, "-k", "layout_contract and cutlass", tmp_path=tmp_path)
+    result = run_pytest(NVFP4, "-k", "layout_contract and flashinfer-cutlass", tmp_path=tmp_path)
     assert result.returncode == 0, result.stdout[-3000:]
     lines = result.stdout.splitlines()
     title = next(i for i, line in enumerate(lines) if "fp4 conformance summary (contract x backend x hardware)" in line)
@@ -251,7 +251,7 @@ def test_policy_class_by_import_path_is_instantiated() -> None:
 
 @pytest.mark.long(30)
 def test_plugin_loads_without_xdist(tmp_path: Path) -> None:
-    result = run_pytest(NVFP4, "-p", "no:xdist", "-k", "layout_contract and cutlass", tmp_path=tmp_path)
+    result = run_pytest(NVFP4, "-p", "no:xdist", "-k", "layout_contract and flashinfer-cutlass", tmp_path=tmp_path)
     assert result.returncode == 0, result.stdout[-2000:] + result.stderr[-2000:]
 
 

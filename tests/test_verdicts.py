@@ -31,7 +31,7 @@ from strategies.pins import Pin
 ROOT = Path(__file__).resolve().parent.parent
 NVFP4 = "conformance/test_nvfp4_moe.py"
 SHARED = "conformance/test_shared_expert.py"
-CUTLASS_PADDING = ["-k", "padding_invariance and cutlass"]
+CUTLASS_PADDING = ["-k", "padding_invariance and flashinfer-cutlass"]
 
 PROBES = '''
 import ctypes
