@@ -158,6 +158,19 @@ def e8m0_shuffle(scales: torch.Tensor) -> torch.Tensor:
     return aiter_module(FP4_UTILS).e8m0_shuffle(scales.contiguous()).view(torch.uint8)
 
 
+def shuffle_weight_a16w4(w: torch.Tensor, gate_up: bool) -> torch.Tensor:
+    """AITER ``shuffle_weight_a16w4(w, 16, gate_up)`` (the CK A16W4 MoE weight preshuffle) on packed FP4
+    bytes ``[E, N, K/2]`` (same shape and dtype); with ``gate_up`` the two halves of ``N`` are shuffled as
+    a pair. Its views need ``(N or N/2) % 16`` and ``(K/2) % 64``: a ``RuntimeError`` otherwise."""
+    return aiter_module(SHUFFLE).shuffle_weight_a16w4(w.contiguous(), 16, gate_up)
+
+
+def shuffle_scale_a16w4(scales: torch.Tensor, experts: int, gate_up: bool) -> torch.Tensor:
+    """AITER ``shuffle_scale_a16w4(s, experts, gate_up)`` on UE8M0 bytes ``[E·N, K/32]`` (same shape and
+    dtype). Its view needs ``N % 32`` and ``(K/32) % 8``: a ``RuntimeError`` otherwise."""
+    return aiter_module(SHUFFLE).shuffle_scale_a16w4(scales.contiguous(), experts, gate_up)
+
+
 def mxfp4_to_f32(packed: torch.Tensor) -> torch.Tensor:
     """AITER ``fp4_utils.mxfp4_to_f32``: fp32 ``[..., K]`` E2M1 values of packed bytes ``[..., K/2]``."""
     return aiter_module(FP4_UTILS).mxfp4_to_f32(packed.clone())

@@ -2,7 +2,10 @@
 
 Written from the libraries, never from the policies under test: FlashInfer's own helpers decide
 for its two backends (:mod:`adapters.flashinfer_mxfp4`), the reference AITER layouts and AITER's
-issues for AITER, vLLM's Marlin MoE support check for Marlin. The built-in policy rounds ``(I, H)``
+issues for AITER, vLLM's Marlin MoE support check for Marlin; for the newer backends of vLLM 0.33.0's
+MXFP4 oracle, the views of AITER's A16W4 shuffles, triton_kernels' Hopper scale layout
+(:mod:`adapters.triton_kernels`), the scale tiling of vLLM's own CUTLASS kernel and DeepGEMM's
+activation groups, b12x's and FlashInfer MoE-EP's checks. The built-in policy rounds ``(I, H)``
 to each record's multiples and converts FC1 rows to its ``fc1_layout`` (vLLM's
 ``mxfp4_round_up_hidden_size_and_intermediate_size`` plus the reorder part of
 ``convert_to_mxfp4_moe_kernel_format``).
@@ -18,6 +21,7 @@ from typing import Any, ClassVar
 from adapters import aiter_moe
 from adapters import flashinfer_mxfp4 as fim
 from adapters import flashinfer_sm90_moe as sm90
+from adapters import triton_kernels as tk
 from backends import BackendRecord, register
 from contracts.moe import MXFP4_MOE
 from reference.formats import MXFP4_BLOCK
@@ -34,6 +38,11 @@ class Mxfp4MoeBackend(enum.Enum):
     FLASHINFER_CUTLASS_SM90 = "flashinfer-cutlass-sm90"  # cutlass_fused_moe W4A16, use_w4_group_scaling (SM90)
     AITER = "aiter-ck"  # aiter.fused_moe, QuantType.per_1x32 (gfx950)
     MARLIN = "marlin"  # vLLM fused_marlin_moe
+    VLLM_CUTLASS = "vllm-cutlass-mxfp4"  # vLLM cutlass_moe_mxfp4 (SM100); alias: DeepGEMM MXFP4 (same rule)
+    B12X = "b12x-mxfp4"  # FlashInfer b12x fused MoE, W4A16 (SM120)
+    TRITON_SM90 = "triton-kernels-sm90"  # triton_kernels matmul_ogs, Hopper swizzle (vLLM TRITON)
+    AITER_A16W4 = "aiter-a16w4"  # AITER CK A16W4 MoE, shuffle_weight_a16w4 (gfx950)
+    FLASHINFER_MOE_EP = "flashinfer-moe-ep-mxfp4"  # FlashInfer MoE-EP DeepGEMM megakernel (SM100)
 
 
 def aiter_violations(intermediate: int, hidden: int, experts: int) -> list[str]:
@@ -71,6 +80,81 @@ def marlin_violations(intermediate: int, hidden: int) -> list[str]:
         problems.append(f"hidden size {hidden} is not a multiple of 128 (Marlin MoE down-projection n)")
     if intermediate % 64:
         problems.append(f"intermediate size {intermediate} is not a multiple of 64 (Marlin MoE per-shard tile)")
+    return problems
+
+
+def vllm_cutlass_violations(intermediate: int, hidden: int) -> list[str]:
+    """Why vLLM's CUTLASS MXFP4 MoE (and DeepGEMM's MXFP4 MoE) rejects ``(I, H)``.
+
+    CUTLASS: ``_swizzle_cutlass_mxfp4_scales`` (``fused_moe/oracle/mxfp4.py``) tiles each expert's
+    ``[N, K/32]`` scales into 128-row x 4-column tiles with ``swizzle_mxfp4_scales``, which zero-pads to
+    whole tiles, then ``reshape(N, K/32)``: it holds only without padding, so ``N % 128`` (FC1
+    ``2I``, FC2 ``H``) and ``(K/32) % 4`` (FC1 ``H``, FC2 ``I``). DeepGEMM: ``DeepGemmFP4Experts``
+    quantizes both GEMMs' activations to FP8 in 128-element groups along K (``_ACT_BLOCK_K``), so
+    ``H % 128`` and ``I % 128``. Together: ``I % 128`` and ``H % 128``, vLLM's rounding for both.
+    """
+    problems: list[str] = []
+    for label, n, k in (("FC1", 2 * intermediate, hidden), ("FC2", hidden, intermediate)):
+        if n % 128 or (k // MXFP4_BLOCK) % 4:
+            problems.append(
+                f"{label} scales [{n}, {k // MXFP4_BLOCK}]: swizzle_mxfp4_scales pads to 128-row x 4-column tiles, "
+                f"so vLLM's reshape({n}, {k // MXFP4_BLOCK}) fails"
+            )
+        if k % 128:
+            problems.append(f"{label} K {k} % 128 != 0: DeepGEMM quantizes activations in 128-element groups")
+    return problems
+
+
+def b12x_violations(intermediate: int, hidden: int) -> list[str]:
+    """Why FlashInfer's b12x fused MoE (W4A16, ``source_format="fp4_e8m0_k32"``) rejects ``(I, H)``:
+    vLLM's ``B12xExperts.is_supported_config`` needs the per-rank intermediate size % 32, and the
+    byte-preserved K/32 scales need whole 32-element groups along both K; b12x plans for the model's
+    exact sizes (``mxfp4_round_up_hidden_size_and_intermediate_size`` returns them unchanged) and picks
+    its packed layout for ``I % 128 == 0``, its ModelOpt-style one otherwise
+    (``_w4a16_weight_layout_for_source``), so nothing is padded. The W4A8 (MXFP8 activation) mode also
+    needs ``H % 256``; vLLM then declines the backend instead of padding (not modelled)."""
+    return [
+        f"{name} size {size} is not a whole number of 32-element MXFP4 groups (B12xExperts.is_supported_config)"
+        for name, size in (("intermediate", intermediate), ("hidden", hidden))
+        if size % MXFP4_BLOCK
+    ]
+
+
+def aiter_a16w4_violations(intermediate: int, hidden: int) -> list[str]:
+    """Why AITER's CK A16W4 MoE preshuffle rejects ``(I, H)`` (``aiter/ops/shuffle.py``, amd-aiter 0.1.7
+    and ROCm/aiter main alike; vLLM ``AITER_MXFP4_BF16``).
+
+    ``shuffle_weight_a16w4(w, 16, gate_up)`` views ``[E, N, K/2]`` as ``(E, [2,] N'/16, 16, K/128, 4, 16)``
+    (``N' = I`` for FC1's gate/up pair, ``H`` for FC2): ``N' % 16`` and ``K % 128``;
+    ``shuffle_scale_a16w4`` views ``[E·N, K/32]`` as ``(E, N/32, 2, 16, K/256, 2, 4)``: ``N % 32`` and
+    ``(K/32) % 8``, i.e. ``K % 256`` for both GEMMs. So ``I % 256`` and ``H % 256``.
+    """
+    problems: list[str] = []
+    for label, n, k in (("FC1", 2 * intermediate, hidden), ("FC2", hidden, intermediate)):
+        if k % 256 or n % 32:
+            problems.append(
+                f"{label} scales [E·{n}, {k // MXFP4_BLOCK}]: shuffle_scale_a16w4's view needs N % 32 and "
+                f"(K/32) % 8 (K % 256)"
+            )
+    return problems
+
+
+MOE_EP_HIDDEN_MULTIPLE = 128
+"""FlashInfer 0.7.4 ``moe_ep/backends/mega/kernel/sm100/fp8_fp4_bf16_deepgemm/staging.py``: the DeepGEMM
+megakernel's input staging raises ``hidden_size must be a multiple of 128`` (it quantizes the hidden
+states to MXFP8 through DeepGEMM's ``per_token_cast_to_fp8``)."""
+
+
+def moe_ep_violations(intermediate: int, hidden: int) -> list[str]:
+    """Why FlashInfer's MoE-EP DeepGEMM megakernel (vLLM ``FLASHINFER_MOE_EP_DEEP_GEMM``) rejects ``(I, H)``:
+    the staging's ``H % 128``; the checkpoint's MXFP4 tensors go in as they are (vLLM's
+    ``mxfp4_moe_ep_weights``), so whole 32-element groups along ``I``. The CuteDSL megakernel
+    (``FLASHINFER_MOE_EP_CUTEDSL``) is not an MXFP4 consumer: vLLM dequantizes the experts to bf16 for it."""
+    problems = []
+    if hidden % MOE_EP_HIDDEN_MULTIPLE:
+        problems.append(f"hidden size {hidden} % 128 != 0: FlashInfer MoE-EP DeepGEMM staging raises")
+    if intermediate % MXFP4_BLOCK:
+        problems.append(f"intermediate size {intermediate} is not a whole number of 32-element MXFP4 groups")
     return problems
 
 
@@ -119,7 +203,8 @@ class Mxfp4MoeRecord(BackendRecord):
     ``violations(Ip, Hp, E)``: why the backend rejects experts padded to ``(Ip, Hp)`` (empty: accepted).
     ``prepare``: the library's weight preparation after the policy (``None`` where none is modelled).
     ``kernel``: the runner of the real kernel (``None``: no kernel property); ``tolerances``: its bounds,
-    by the metric the kernel property computes.
+    by the metric the kernel property computes. ``aliases``: other engine backends that share this one's
+    rounding, FC1 order and rule (each named with the source showing it), so one record stands for them.
 
     The multiples (what the built-in policy pads to) and ``violations`` (the oracle) are deliberately two
     statements of the backend's rule: ``check_minimal_and_idempotent`` fails if they disagree.
@@ -132,8 +217,9 @@ class Mxfp4MoeRecord(BackendRecord):
     prepare: Callable[..., Any] | None = None
     kernel: Callable[..., Any] | None = None
     tolerances: Mapping[str, float] = field(default_factory=dict)
+    aliases: tuple[str, ...] = ()
 
-    OPTIONAL: ClassVar[frozenset[str]] = BackendRecord.OPTIONAL | {"prepare", "kernel", "tolerances"}
+    OPTIONAL: ClassVar[frozenset[str]] = BackendRecord.OPTIONAL | {"prepare", "kernel", "tolerances", "aliases"}
 
 
 RECORDS = (
@@ -202,6 +288,84 @@ RECORDS = (
         intermediate_multiple=64,
         hidden_multiple=128,
         violations=lambda i, h, e: marlin_violations(i, h),
+    ),
+    Mxfp4MoeRecord(
+        member=Mxfp4MoeBackend.VLLM_CUTLASS,
+        contract=CONTRACT,
+        entry_point="vllm cutlass_moe_mxfp4 (CutlassExpertsMxfp4, CUTLASS_MXFP4_MXFP4)",
+        sources=(
+            "vLLM 0.33.0 vllm/model_executor/layers/fused_moe/oracle/mxfp4.py (_swizzle_cutlass_mxfp4_scales)",
+            "vLLM 0.33.0 vllm/model_executor/layers/fused_moe/experts/cutlass_moe.py (swizzle_mxfp4_scales)",
+            "vLLM 0.33.0 vllm/model_executor/layers/fused_moe/experts/deep_gemm_moe.py (DeepGemmFP4Experts)",
+        ),
+        # vLLM hands both kernels its loaded [w1; w3] unchanged (no reorder branch for either)
+        fc1_layout=Fc1Layout.GATE_UP,
+        intermediate_multiple=128,
+        hidden_multiple=128,
+        violations=lambda i, h, e: vllm_cutlass_violations(i, h),
+        aliases=("DEEPGEMM_MXFP4: the same 128 / 128 rounding and [w1; w3] order in vLLM 0.33.0's oracle",),
+    ),
+    Mxfp4MoeRecord(
+        member=Mxfp4MoeBackend.B12X,
+        contract=CONTRACT,
+        entry_point="flashinfer.experimental.b12x fused MoE (w4a16, source_format fp4_e8m0_k32, w13_layout w31)",
+        sources=(
+            "flashinfer-python 0.7.4 flashinfer/experimental/b12x/moe/fused_moe/_impl.py (_W13_LAYOUTS)",
+            "vLLM 0.33.0 vllm/model_executor/layers/fused_moe/b12x.py (B12xExperts.is_supported_config)",
+        ),
+        # b12x's "w31" means gate-first storage (its alias "gate_up"), rotated by b12x itself; vLLM
+        # passes its [w1; w3] as "w31" unchanged
+        fc1_layout=Fc1Layout.GATE_UP,
+        intermediate_multiple=MXFP4_BLOCK,
+        hidden_multiple=MXFP4_BLOCK,
+        violations=lambda i, h, e: b12x_violations(i, h),
+        aliases=("B12X_MXFP4_MXFP8 shares the exact sizes; its extra H % 256 makes vLLM decline it, not pad",),
+    ),
+    Mxfp4MoeRecord(
+        member=Mxfp4MoeBackend.TRITON_SM90,
+        contract=CONTRACT,
+        entry_point="triton_kernels matmul_ogs (HopperMXValueLayout / HopperMXScaleLayout, mx_axis=1)",
+        sources=(
+            "https://github.com/vllm-project/vllm/issues/47303",
+            "https://github.com/vllm-project/vllm/pull/47910",
+            "https://github.com/triton-lang/triton/pull/10800",
+            "https://github.com/sgl-project/sglang/pull/36456",
+        ),
+        # swiglu reads gate = a[..., ::2], linear = a[..., 1::2]: gpt-oss's pairs
+        fc1_layout=Fc1Layout.GATE_UP_INTERLEAVED,
+        intermediate_multiple=tk.HOPPER_BLOCK_K,
+        hidden_multiple=tk.HOPPER_BLOCK_K,
+        violations=lambda i, h, e: tk.hopper_violations(i, h),
+        aliases=("TRITON_UNFUSED: the same matmul_ogs weights and _swizzle_mxfp4 (vLLM TRITON_BACKENDS)",),
+    ),
+    Mxfp4MoeRecord(
+        member=Mxfp4MoeBackend.AITER_A16W4,
+        contract=CONTRACT,
+        entry_point="aiter fused_moe A16W4 (shuffle_weight_a16w4 / shuffle_scale_a16w4, gate_up=True)",
+        sources=(
+            "ROCm/aiter aiter/ops/shuffle.py (shuffle_weight_a16w4, shuffle_scale_a16w4)",
+            "vLLM 0.33.0 vllm/model_executor/layers/fused_moe/oracle/mxfp4.py (AITER_MXFP4_BF16)",
+        ),
+        # vLLM de-interleaves gpt-oss's pairs into [gate; up] before shuffle_weight_a16w4(gate_up=True)
+        fc1_layout=Fc1Layout.GATE_UP,
+        intermediate_multiple=256,
+        hidden_multiple=256,
+        violations=lambda i, h, e: aiter_a16w4_violations(i, h),
+    ),
+    Mxfp4MoeRecord(
+        member=Mxfp4MoeBackend.FLASHINFER_MOE_EP,
+        contract=CONTRACT,
+        entry_point="flashinfer.moe_ep MoEEpMegaLayer (DeepGemmMegaMoeConfig, preprocess_weights=True)",
+        sources=(
+            "flashinfer-python 0.7.4 flashinfer/moe_ep/backends/mega/kernel/sm100/fp8_fp4_bf16_deepgemm/staging.py",
+            "vLLM 0.33.0 vllm/model_executor/layers/fused_moe/flashinfer_moe_ep.py (mxfp4_moe_ep_weights)",
+        ),
+        # vLLM hands the megakernel its loaded [w1; w3] unchanged (no reorder; FlashInfer's preprocessing
+        # only repacks the scales for DeepGEMM)
+        fc1_layout=Fc1Layout.GATE_UP,
+        intermediate_multiple=MXFP4_BLOCK,
+        hidden_multiple=MOE_EP_HIDDEN_MULTIPLE,
+        violations=lambda i, h, e: moe_ep_violations(i, h),
     ),
 )
 register(*RECORDS)

@@ -42,12 +42,15 @@ class Mxfp4Case:
 
 
 def _biases(config: Mxfp4MoeConfig) -> dict[str, torch.Tensor]:
-    """fp32 ``w13_bias [E, 2I]`` (``[gate; up]``, zero past the real channels) and ``w2_bias [E, H]``."""
+    """fp32 ``w13_bias [E, 2I]`` (``[gate; up]``, zero past the real channels) and ``w2_bias [E, H]``,
+    bf16 values: MXFP4 checkpoints store expert biases in bf16 (gpt-oss's ``*_proj_bias``), and engines
+    hold them in bf16 until post-load processing (SGLang's ``Mxfp4MoEMethod.create_weights``)."""
     s = config.shape
     g = generator(s.seed + 1)
-    b13 = torch.randn(s.experts, 2, s.intermediate, generator=g) / 2
+    b13 = (torch.randn(s.experts, 2, s.intermediate, generator=g) / 2).bfloat16().float()
     b13[..., s.real_intermediate :] = 0
-    return {"w13_bias": b13.flatten(1), "w2_bias": torch.randn(s.experts, s.hidden, generator=g) / 2}
+    b2 = (torch.randn(s.experts, s.hidden, generator=g) / 2).bfloat16().float()
+    return {"w13_bias": b13.flatten(1), "w2_bias": b2}
 
 
 def build_case(config: Mxfp4MoeConfig) -> Mxfp4Case:

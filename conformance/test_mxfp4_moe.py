@@ -4,20 +4,25 @@ For every MoE shape a catalogued model produces at any TP degree (gpt-oss's whol
 its short last rank included) and adversarial ones, with a stacked ``[gate; up]`` or gpt-oss
 row-interleaved checkpoint, with or without biases, the policy under test turns one rank's
 checkpoint weights into the padded, reordered weights a backend's kernel reads (FlashInfer
-TRT-LLM, FlashInfer CUTLASS SM90, AITER, Marlin). Properties: the backend's library transforms
+TRT-LLM, FlashInfer CUTLASS SM90, AITER CK a4w4 and A16W4, Marlin, vLLM's CUTLASS / DeepGEMM,
+FlashInfer b12x, triton_kernels on Hopper). Properties: the backend's library transforms
 accept them; the reference MoE output is bit-identical to the unpadded layer's (read in the
 kernel's own gate/up order); every gate row keeps its up row; padding is minimal and idempotent;
-FlashInfer's / AITER's layout transforms round-trip and FlashInfer's padding helper agrees.
+FlashInfer's / AITER's / triton_kernels' layout transforms round-trip and FlashInfer's padding helper agrees.
 Kernel runs (SM100 trtllm-gen, gfx950 AITER) are gated by markers.
 """
 
 from __future__ import annotations
 
+import functools
+
 import pytest
 import torch
 
+from adapters import aiter_triton
 from adapters import flashinfer as fi
 from adapters import flashinfer_mxfp4 as fim
+from adapters import triton_kernels as tk
 from backends import record
 from backends.mxfp4_moe import CONTRACT, Mxfp4MoeBackend
 from conformance.layers import align_mxfp4, reference_output, silu_no_bias
@@ -30,6 +35,7 @@ from conformance.moe_checks import (
     pad_rule,
 )
 from conformance.regressions import MXFP4_MOE_REGRESSIONS
+from contracts.errors import LibraryUnavailable
 from contracts.moe import MoeAlignment, relayout_moe
 from harness.properties import ALL_BACKENDS, check
 from reference.errors import require
@@ -277,6 +283,60 @@ def check_aiter_shuffle_round_trip(config: Mxfp4MoeConfig, backend: Mxfp4MoeBack
     for name in ("w13", "w2"):
         t = getattr(w, name)
         assert torch.equal(aiter_unshuffle_weight(aiter_shuffle_weight(t)), t), f"{name}: shuffle_weight round trip"
+
+
+@check(CONTRACT, Mxfp4MoeConfig, strategy=CONFIGS, pins=MXFP4_MOE_REGRESSIONS, backends=[Mxfp4MoeBackend.AITER_A16W4])
+def check_aiter_a16w4_shuffle(config: Mxfp4MoeConfig, backend: Mxfp4MoeBackend, policy: MoeAlignment) -> None:
+    """AITER's own ``shuffle_weight_a16w4`` / ``shuffle_scale_a16w4`` (pure torch, any machine) accept the
+    padded experts as vLLM's ``AITER_MXFP4_BF16`` prep calls them (FC1 ``gate_up=True``, FC2 ``False``;
+    scales viewed ``[E·N, K/32]``) and move every byte exactly once (a permutation of the positions)."""
+    aligned, _ = align_mxfp4(config, backend, policy)
+    w, e = aligned.weights, config.shape.experts
+    for name, gate_up in (("w13", True), ("w2", False)):
+        t, s = getattr(w, name), getattr(w, f"{name}_scale")
+        n, kc = s.shape[1], s.shape[2]
+        calls = (
+            (name, t, functools.partial(aiter_triton.shuffle_weight_a16w4, gate_up=gate_up)),
+            (
+                f"{name}_scale",
+                s.reshape(e * n, kc),
+                functools.partial(aiter_triton.shuffle_scale_a16w4, experts=e, gate_up=gate_up),
+            ),
+        )
+        for label, tensor, shuffle in calls:
+            try:
+                out = shuffle(tensor)
+                where = shuffle(torch.arange(tensor.numel()).reshape(tensor.shape))
+            except LibraryUnavailable:
+                raise
+            except RuntimeError as exc:  # a view that does not fit
+                raise AssertionError(f"AITER's a16w4 shuffle rejects {label} {tuple(tensor.shape)}: {exc}") from exc
+            assert out.shape == tensor.shape, f"{label}: shuffled to {tuple(out.shape)}, not {tuple(tensor.shape)}"
+            assert torch.equal(where.flatten().sort().values, torch.arange(tensor.numel())), (
+                f"{label}: the a16w4 shuffle is not a permutation"
+            )
+            assert torch.equal(out.flatten(), tensor.flatten()[where.flatten()]), (
+                f"{label}: bytes moved unlike positions"
+            )
+
+
+@check(CONTRACT, Mxfp4MoeConfig, strategy=CONFIGS, pins=MXFP4_MOE_REGRESSIONS, backends=[Mxfp4MoeBackend.TRITON_SM90])
+def check_triton_hopper_scale_layout(config: Mxfp4MoeConfig, backend: Mxfp4MoeBackend, policy: MoeAlignment) -> None:
+    """triton_kernels' own ``HopperMXScaleLayout`` (``mx_axis=1``, 8 warps, as vLLM's ``_swizzle_mxfp4``
+    calls it) stores at least the scale groups the Hopper ``block_k = 128`` kernel reads for each GEMM's K
+    (FC1 ``Hp``, FC2 ``Ip``), and unswizzles to the padded scales. Needs triton_kernels (its own package or
+    vLLM's vendored copy, both import Triton); no GPU: the layout is torch code."""
+    aligned, _ = align_mxfp4(config, backend, policy)
+    w = aligned.weights
+    for name, k in (("w13_scale", aligned.hidden_size), ("w2_scale", aligned.intermediate_size)):
+        s = getattr(w, name)
+        stored, back = tk.hopper_scale_round_trip(s)
+        read = tk.read_scale_groups(k)
+        assert stored >= read, (
+            f"{name} [{', '.join(map(str, s.shape))}]: HopperMXScaleLayout stores {stored} scale groups along K {k}, "
+            f"the block_k 128 kernel reads {read} (vLLM #47303)"
+        )
+        assert torch.equal(back, s), f"{name}: HopperMXScaleLayout does not round-trip"
 
 
 # --- kernels (GPU) --------------------------------------------------------------------------------

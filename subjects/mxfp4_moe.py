@@ -10,7 +10,7 @@ pads with zeros and converts FC1 rows to the order the backend's kernel reads (v
 (:mod:`backends.mxfp4_moe`). The libraries' own shuffles and scale swizzles stay with the
 properties, which apply them and check they accept the result.
 
-Subjects shipped here: the correct built-in policy and six known-bad ones reproducing real bugs.
+Subjects shipped here: the correct built-in policy and seven known-bad ones reproducing real bugs.
 """
 
 from __future__ import annotations
@@ -127,6 +127,14 @@ KNOWN_BAD = (
         "every MXFP4 checkpoint converted as gpt-oss's row-interleaved one, stacked [gate; up] included",
         {CONTRACT: AssumeInterleavedAlignment()},
         reproduces="ROCm/ATOM PR #885 and vLLM PR #29273 (gate/up form mismatch: gpt-oss gsm8k ~0)",
+    ),
+    Subject(
+        "bad-triton-hopper-scale-k",
+        "triton_kernels on Hopper: vLLM's sizes (I to 64, H unchanged) without padding the scale groups along K "
+        "to whole 128-element tiles",
+        {CONTRACT: RoundingAlignment(Mxfp4MoeBackend.TRITON_SM90, 64, MXFP4_BLOCK)},
+        reproduces="vLLM #47303 (gpt-oss on H100/H200, K 2880: 90 scale groups stored, 92 read, GSM8K 0 %); "
+        "fixed by vLLM PR #47910",
     ),
 )
 for _subject in KNOWN_BAD:

@@ -13,14 +13,23 @@ adapter's docstring:
 * ``mxfp4_linear``: :class:`SglangQuarkMxfp4Linear` (``QuarkW4A4MXFP4.process_weights_after_loading``:
   the AITER ASM guard and each path's weight preparation; the activation quantizer of each path read
   from ``apply_weights``' source);
-* ``mxfp4_moe``: :class:`SglangMxfp4MoeAlignment` (the sizes of a real ``FusedMoE`` of
-  ``Mxfp4MoEMethod`` per backend; per-half placement from the suite, as for vLLM);
+* ``mxfp4_moe``: :class:`SglangMxfp4MoeAlignment` (``Mxfp4MoEMethod`` per backend: ``create_weights``'
+  rounding, the gpt-oss and the stacked per-expert loaders' placement, ``process_weights_after_loading``
+  with its GPU-only layout calls passed through);
 * ``moe_sharding``: :class:`subjects.sglang_sharding.SglangMoeSharding` (``FusedMoE.weight_loader`` of a
   real ``FusedMoE`` per rank, :func:`load_nvfp4_rank`).
 
-How SGLang's loader splits a checkpoint over TP ranks is :func:`load_nvfp4_rank` (whole padded blocks
-under TRT-LLM, modelled by ``reference.sizes.padded_split``). SGLang has no counterpart of vLLM's Qwen3-Next shared-expert replicate-or-refuse decision
-(``shared_expert``): its Qwen3-Next shared expert is a tensor-parallel MLP without that gate.
+How SGLang's loaders split a checkpoint over TP ranks is :func:`load_nvfp4_rank` (whole padded blocks
+under TRT-LLM, modelled by ``reference.sizes.padded_split``) and :func:`load_mxfp4_rank` (gpt-oss's whole
+32-blocks, ``reference.sizes.whole_block_split``; ``I/tp`` per half for stacked checkpoints).
+
+``shared_expert`` is not adapted: SGLang 0.5.23's Qwen3-Next / Qwen2-MoE block
+(``models/qwen2_moe.py``, ``Qwen2MoeSparseMoeBlock.__init__``) fuses the shared expert into the MoE when
+``can_fuse_shared_expert`` allows it (AITER or CUDA, equal sizes, no DeepEP/MoRI, the quant config's
+``can_fuse_shared_expert``), replicates it (``parallel_group="replicated"``) under the DeepEP, MoRI,
+FlashInfer, MegaMoE and Ascend all-to-all backends, and otherwise shards it as a tensor-parallel MLP. It
+has no counterpart of vLLM's OCP-MX group-straddle gate (``_should_replicate_misaligned_shared_expert``),
+which is what the contract's inputs (group, EP, SP) decide.
 
 Upstream bugs of SGLang 0.5.23 that properties catch are listed in :data:`SGLANG_KNOWN_FAILURES`.
 """
@@ -38,7 +47,8 @@ import inspect
 import sys
 import textwrap
 import types
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
 from typing import Any
 from unittest import mock
 
@@ -49,15 +59,15 @@ from backends.mxfp4_moe import CONTRACT as MXFP4_MOE
 from backends.mxfp4_moe import Mxfp4MoeBackend
 from backends.nvfp4_moe import CONTRACT as NVFP4_MOE
 from backends.nvfp4_moe import Nvfp4MoeBackend
-from contracts.errors import LibraryUnavailable
-from contracts.moe import AlignedMoe, MoeWeights
+from contracts.errors import LibraryUnavailable, UnsupportedConfig
+from contracts.moe import AlignedMoe, MoeWeights, relayout_moe
 from contracts.moe_sharding import CONTRACT as MOE_SHARDING
 from contracts.mxfp4_linear import CONTRACT as MXFP4_LINEAR
 from contracts.mxfp4_linear import PreparedMxfp4Linear
 from reference.formats import MxScaleRounding
-from reference.layouts import aiter_shuffle_weight, unswizzle_128x4
+from reference.layouts import Fc1Layout, aiter_shuffle_weight, unswizzle_128x4
 from reference.sizes import round_up
-from subjects.mxfp4_moe import BuiltinMxfp4MoeAlignment
+from strategies.catalog import CheckpointForm
 from subjects.registry import KnownFailure, Subject, register_subject
 from subjects.sglang_sharding import SglangMoeSharding
 from subjects.vllm import QUANTIZER_ROUNDING
@@ -150,7 +160,13 @@ REQUIRED_SYMBOLS = {
         "_aiter_k3_opt",
         "_FI_HAS_SM90_CUTLASS_MXFP4",
         "has_triton_kernels",
+        "_get_flashinfer_mxfp4_device_permute_indices",
     ),
+    "sglang.srt.layers.quantization.marlin_utils_fp4": (
+        "deinterleave_moe_mxfp4_w13_for_marlin",
+        "prepare_moe_mxfp4_layer_for_marlin",
+    ),
+    "sglang.srt.models.gpt_oss": ("GptOssForCausalLM",),
     "sglang.srt.layers.quantization.quark.schemes.quark_w4a4_mxfp4": (
         "QuarkW4A4MXFP4",
         "_asm_fp4_scale_swizzle_supported",
@@ -211,6 +227,8 @@ def sglang_modules() -> types.SimpleNamespace:
         ctx=modules["sglang.srt.runtime_context"],
         quark_w4a4=modules["sglang.srt.layers.quantization.quark.schemes.quark_w4a4_mxfp4"],
         mxfp4=modules["sglang.srt.layers.quantization.mxfp4"],
+        marlin_fp4=modules["sglang.srt.layers.quantization.marlin_utils_fp4"],
+        gpt_oss=modules["sglang.srt.models.gpt_oss"],
     )
 
 
@@ -254,11 +272,37 @@ def sglang_layer_context(runner_backend: str, platform: dict[str, bool], tp: int
 
 # --- nvfp4_moe: ModelOptNvFp4FusedMoEMethod ----------------------------------------------------------
 
-NVFP4_BACKENDS = {
-    Nvfp4MoeBackend.FLASHINFER_TRTLLM: "flashinfer_trtllm",
-    Nvfp4MoeBackend.FLASHINFER_CUTLASS: "flashinfer_cutlass",
+
+@dataclass(frozen=True)
+class SglangNvfp4Backend:
+    """How SGLang 0.5.23 runs one of the suite's NVFP4 MoE backends for a ModelOpt checkpoint.
+
+    ``runner``: the ``--moe-runner-backend``; ``device_call``: the function of
+    ``quantization/utils.py`` that ``ModelOptNvFp4FusedMoEMethod.process_weights_after_loading`` calls on this
+    branch and that needs a GPU, replaced by a capture of its inputs (``None``: the branch runs whole on CPU);
+    ``per_token_activation``: ``ModelOptFp4Config(use_per_token_activation=...)``, a ModelOpt checkpoint with
+    dynamic per-token activation scales (``SGLANG_FLASHINFER_NVFP4_PER_TOKEN_ACTIVATION``).
+    """
+
+    runner: str
+    device_call: str | None
+    per_token_activation: bool = False
+
+
+NVFP4_BACKENDS: dict[Nvfp4MoeBackend, SglangNvfp4Backend] = {
+    # align_fp4_moe_weights_for_flashinfer_trtllm, then FlashInfer's shuffles inside
+    # prepare_static_weights_for_trtllm_fp4_moe (CUDA kernels)
+    Nvfp4MoeBackend.FLASHINFER_TRTLLM: SglangNvfp4Backend(
+        "flashinfer_trtllm", "prepare_static_weights_for_trtllm_fp4_moe"
+    ),
+    # swizzle_blockscale is pure torch
+    Nvfp4MoeBackend.FLASHINFER_CUTLASS: SglangNvfp4Backend("flashinfer_cutlass", None),
+    # the TRT-LLM branch with trtllm_nvfp4_hidden_alignment(use_per_token_activation=True, is_gated)
+    Nvfp4MoeBackend.FLASHINFER_TRTLLM_PER_TOKEN: SglangNvfp4Backend(
+        "flashinfer_trtllm", "prepare_static_weights_for_trtllm_fp4_moe", per_token_activation=True
+    ),
 }
-"""The suite's NVFP4 MoE backends as SGLang ``--moe-runner-backend`` values."""
+"""The suite's NVFP4 MoE backends as SGLang runs them."""
 
 BLACKWELL = {"is_blackwell": True, "is_sm100": True, "is_cuda": True, "is_hip": False}
 """Platform facts of a B200 (SM100), where SGLang runs both NVFP4 FlashInfer backends."""
@@ -292,15 +336,17 @@ def load_nvfp4_checkpoint(layer: torch.nn.Module, weights: MoeWeights, gated: bo
 def nvfp4_fused_moe(
     backend: Nvfp4MoeBackend, experts: int, hidden: int, intermediate: int, gated: bool, tp: int = 1, rank: int = 0
 ) -> Iterator[tuple[types.SimpleNamespace, torch.nn.Module]]:
-    """A real ``FusedMoE`` of rank ``rank`` of ``tp`` for a static-scale ModelOpt NVFP4 checkpoint
-    (``ModelOptFp4Config``, group 16, no per-token activation) of global ``intermediate`` size, under
-    ``--moe-runner-backend`` :data:`NVFP4_BACKENDS` on a B200 (:func:`sglang_layer_context`): its
+    """A real ``FusedMoE`` of rank ``rank`` of ``tp`` for a ModelOpt NVFP4 checkpoint (``ModelOptFp4Config``,
+    group 16, per-token activation scales where :data:`NVFP4_BACKENDS` says) of global ``intermediate``
+    size, under ``--moe-runner-backend`` :data:`NVFP4_BACKENDS` on a B200 (:func:`sglang_layer_context`): its
     constructor picks ``ModelOptNvFp4FusedMoEMethod``, whose ``create_weights`` rounds and allocates."""
     if backend not in NVFP4_BACKENDS:
         raise LibraryUnavailable(f"the SGLang subject does not map NVFP4 MoE backend {backend.value} (NVFP4_BACKENDS)")
-    with sglang_layer_context(NVFP4_BACKENDS[backend], BLACKWELL, tp, rank) as m:
+    with sglang_layer_context(NVFP4_BACKENDS[backend].runner, BLACKWELL, tp, rank) as m:
         config = m.modelopt.ModelOptFp4Config(
-            is_checkpoint_nvfp4_serialized=True, group_size=16, use_per_token_activation=False
+            is_checkpoint_nvfp4_serialized=True,
+            group_size=16,
+            use_per_token_activation=NVFP4_BACKENDS[backend].per_token_activation,
         )
         layer = m.FusedMoE(
             num_experts=experts, hidden_size=hidden, intermediate_size=intermediate, layer_id=0, top_k=1,
@@ -337,13 +383,13 @@ class SglangNvfp4MoeAlignment:
     A real ``FusedMoE`` at TP 1 holding the rank's experts (:func:`nvfp4_fused_moe`: ``create_weights``'
     intermediate rounding), ``FusedMoE.weight_loader`` for every expert tensor
     (:func:`load_nvfp4_checkpoint`: the per-half placement and zero fill), then
-    ``process_weights_after_loading``.
+    ``process_weights_after_loading``, per the backend's :class:`SglangNvfp4Backend` (:data:`NVFP4_BACKENDS`):
 
-    * TRT-LLM branch (``align_fp4_moe_weights_for_flashinfer_trtllm``): the FlashInfer shuffles inside
+    * a branch with a ``device_call`` (TRT-LLM, ``align_fp4_moe_weights_for_flashinfer_trtllm``): the FlashInfer shuffles inside
       ``prepare_static_weights_for_trtllm_fp4_moe`` are CUDA kernels; the adapter captures that call's
       inputs (the padded, not yet shuffled weights and the intermediate size it is given) and returns
       them; the properties run FlashInfer's shuffle helpers themselves.
-    * CUTLASS branch: runs whole (``swizzle_blockscale`` is pure torch); the swizzled scales are read
+    * a branch without one runs whole (CUTLASS: ``swizzle_blockscale`` is pure torch); the swizzled scales are read
       back with the reference inverse of the 128x4 swizzle, and the intermediate size the kernel sees
       is read off ``w2`` (the CUTLASS runner takes it from the weight shapes).
 
@@ -353,27 +399,30 @@ class SglangNvfp4MoeAlignment:
 
     def align_moe(self, backend: Nvfp4MoeBackend, weights: MoeWeights, gated: bool) -> AlignedMoe:
         e, h, i = weights.w13.shape[0], weights.hidden_size, weights.intermediate_size
+        device_call = NVFP4_BACKENDS[backend].device_call if backend in NVFP4_BACKENDS else None
         with nvfp4_fused_moe(backend, e, h, i, gated) as (m, layer):
             load_nvfp4_checkpoint(layer, weights, gated)
-            if backend is Nvfp4MoeBackend.FLASHINFER_TRTLLM:
-                return self._trtllm(m, layer.quant_method, layer)
+            if device_call is not None:
+                return self._captured(m, device_call, layer)
             layer.quant_method.process_weights_after_loading(layer)
             return self._cutlass(layer, h)
 
     @staticmethod
-    def _trtllm(m: types.SimpleNamespace, method: Any, layer: torch.nn.Module) -> AlignedMoe:
+    def _captured(m: types.SimpleNamespace, device_call: str, layer: torch.nn.Module) -> AlignedMoe:
+        """``process_weights_after_loading`` with ``quant_utils.<device_call>`` (``prepare_static_weights_for_trtllm_fp4_moe``'s
+        signature) replaced by a capture: the padded weights and intermediate size SGLang hands it."""
         captured: dict[str, Any] = {}
 
         def capture(w13, w2, w13_scale, w2_scale, hidden_size, intermediate_size, num_experts, **_: object):
             captured.update(w13=w13, w2=w2, w13_scale=w13_scale, w2_scale=w2_scale, ip=intermediate_size)
             return w13, w13_scale, w2, w2_scale
 
-        with mock.patch.object(m.quant_utils, "prepare_static_weights_for_trtllm_fp4_moe", capture):
-            method.process_weights_after_loading(layer)
+        with mock.patch.object(m.quant_utils, device_call, capture):
+            layer.quant_method.process_weights_after_loading(layer)
         if not captured:
             raise SglangSourceMismatch(
-                "ModelOptNvFp4FusedMoEMethod.process_weights_after_loading did not call "
-                "prepare_static_weights_for_trtllm_fp4_moe under flashinfer_trtllm"
+                f"ModelOptNvFp4FusedMoEMethod.process_weights_after_loading did not call {device_call} "
+                f"under --moe-runner-backend {m.get_moe_runner_backend().value}"
             )
         aligned = MoeWeights(
             w13=captured["w13"], w13_scale=captured["w13_scale"].view(torch.uint8),
@@ -526,99 +575,293 @@ class SglangQuarkMxfp4Linear:
 
 # --- mxfp4_moe: Mxfp4MoEMethod (gpt-oss-style MXFP4 checkpoints) -------------------------------------
 
-MXFP4_BACKENDS: dict[Mxfp4MoeBackend, tuple[str, dict[str, bool], dict[str, bool]]] = {
-    Mxfp4MoeBackend.FLASHINFER_TRTLLM: ("flashinfer_mxfp4", {"is_sm100": True, "is_blackwell": True}, {}),
-    Mxfp4MoeBackend.FLASHINFER_CUTLASS_SM90: (
+
+@dataclass(frozen=True)
+class SglangMxfp4Backend:
+    """How SGLang 0.5.23 runs one of the suite's MXFP4 MoE backends for gpt-oss-style checkpoints.
+
+    ``runner``: the ``--moe-runner-backend``; ``platform``: the platform facts (``override_platform``);
+    ``switches``: module-level switches of ``quantization/mxfp4.py`` that SGLang reads from the
+    environment at import; ``device_calls``: the GPU-only calls of ``Mxfp4MoEMethod.process_weights_after_loading``
+    on this branch, ``(module, name)`` in :func:`sglang_modules`' namespace, each replaced by a pass-through
+    of its first argument (its input is what the adapter reports; the properties run the libraries'
+    transforms themselves); ``fc1_layout``: the FC1 row order SGLang's post-load processing leaves in the
+    buffer it hands those calls (read from the branch's source).
+    """
+
+    runner: str
+    platform: dict[str, bool]
+    switches: dict[str, bool]
+    device_calls: tuple[tuple[str, str], ...]
+    fc1_layout: Fc1Layout
+
+
+MXFP4_BACKENDS: dict[Mxfp4MoeBackend, SglangMxfp4Backend] = {
+    # Mxfp4MoEMethod.process_weights_after_loading, `if self.use_flashinfer:` (trtllm_sm100):
+    # swap_every_two_rows, then FlashInfer's row permutations and block_scale_interleave per expert.
+    Mxfp4MoeBackend.FLASHINFER_TRTLLM: SglangMxfp4Backend(
+        "flashinfer_mxfp4",
+        {"is_sm100": True, "is_blackwell": True},
+        {},
+        (("mxfp4", "_get_flashinfer_mxfp4_device_permute_indices"), ("mxfp4", "nvfp4_block_scale_interleave")),
+        Fc1Layout.UP_GATE_INTERLEAVED,
+    ),
+    # _process_weights_for_sm90_cutlass: de-interleave, pad each half, [up; gate], then FlashInfer's
+    # SM90 mixed-GEMM weight and scale interleaves (PR #3084).
+    Mxfp4MoeBackend.FLASHINFER_CUTLASS_SM90: SglangMxfp4Backend(
         "flashinfer_mxfp4",
         {"is_sm90": True, "is_sm100": False, "is_blackwell": False},
         {"_FI_HAS_SM90_CUTLASS_MXFP4": True},
+        (
+            ("mxfp4", "interleave_moe_weights_for_sm90_mixed_gemm"),
+            ("mxfp4", "interleave_moe_scales_for_sm90_mixed_gemm"),
+        ),
+        Fc1Layout.UP_GATE,
     ),
-    Mxfp4MoeBackend.AITER: ("auto", {"is_hip": True, "is_cuda": False, "is_sm100": False}, {"_use_aiter": True}),
-    Mxfp4MoeBackend.MARLIN: ("marlin", {"is_sm90": True, "is_sm100": False}, {}),
+    # `if _use_aiter:` (SGLANG_USE_AITER on ROCm): pairs de-interleaved into [gate; up] halves, then AITER's
+    # shuffle_weight / shuffle_scale (a4w4, separated) or, with SGLANG_USE_AITER_MOE_GU_ITLV (default on),
+    # shuffle_weight_a16w4 / shuffle_scale_a16w4 (A16W4/A8W4): the same [gate; up] input either way.
+    Mxfp4MoeBackend.AITER: SglangMxfp4Backend(
+        "auto",
+        {"is_hip": True, "is_cuda": False, "is_sm100": False},
+        {"_use_aiter": True},
+        tuple(("mxfp4", n) for n in ("shuffle_weight", "shuffle_scale", "shuffle_weight_a16w4", "shuffle_scale_a16w4")),
+        Fc1Layout.GATE_UP,
+    ),
+    # `if self.use_marlin`: check_moe_marlin_supports_layer, deinterleave_moe_mxfp4_w13_for_marlin (gpt-oss's
+    # gemm1_alpha is set), then prepare_moe_mxfp4_layer_for_marlin (gptq_marlin_repack, CUDA).
+    Mxfp4MoeBackend.MARLIN: SglangMxfp4Backend(
+        "marlin",
+        {"is_sm90": True, "is_sm100": False},
+        {},
+        (("marlin_fp4", "prepare_moe_mxfp4_layer_for_marlin"),),
+        Fc1Layout.GATE_UP,
+    ),
 }
-"""The suite's MXFP4 MoE backends as SGLang selects them: ``--moe-runner-backend``, the platform facts
-(``override_platform``) and the switches of ``quantization/mxfp4.py`` that SGLang reads from the
-environment at import (``SGLANG_USE_AITER`` on ROCm; FlashInfer's SM90 mixed-GEMM helpers, PR #3084)."""
+"""The suite's MXFP4 MoE backends as SGLang selects and prepares them for ``Mxfp4MoEMethod``."""
+
+GPT_OSS_PREFIX = "model.layers.0.mlp.experts"
+
+GPT_OSS_MOE: dict[str, Any] = {"activation": "silu", "gemm1_alpha": 1.702, "gemm1_clamp_limit": 7.0, "with_bias": True}
+"""The ``FusedMoE`` arguments ``GptOssSparseMoeBlock`` passes for gpt-oss's config (``hidden_act`` silu,
+``hidden_act_alpha`` 1.702, ``swiglu_limit`` 7.0, expert biases)."""
+
+GPT_OSS_TENSORS = {
+    "gate_up_proj_blocks": "w13",
+    "gate_up_proj_scales": "w13_scale",
+    "down_proj_blocks": "w2",
+    "down_proj_scales": "w2_scale",
+    "gate_up_proj_bias": "w13_bias",
+    "down_proj_bias": "w2_bias",
+}
+"""gpt-oss checkpoint tensor suffixes (what ``GptOssForCausalLM._load_mxfp4_experts_weights`` reads) and
+the :class:`~contracts.moe.MoeWeights` field each holds."""
 
 
-@functools.cache
-def mxfp4_fused_moe_sizes(backend: Mxfp4MoeBackend, hidden: int, intermediate: int) -> tuple[int, int]:
-    """``(Ip, Hp)`` of a real one-expert ``FusedMoE`` of ``Mxfp4MoEMethod`` under ``backend``'s selection
-    (:data:`MXFP4_BACKENDS`, TP 1); cached, since SGLang's sizes depend on nothing else."""
-    runner, platform, switches = MXFP4_BACKENDS[backend]
-    with sglang_layer_context(runner, platform) as m, contextlib.ExitStack() as stack:
-        for name, value in switches.items():
-            stack.enter_context(mock.patch.object(m.mxfp4, name, value))
-        config = m.mxfp4.Mxfp4Config(is_checkpoint_mxfp4_serialized=True)
-        layer = m.FusedMoE(
-            num_experts=1, hidden_size=hidden, intermediate_size=intermediate, layer_id=0, top_k=1,
-            quant_config=config, prefix="model.layers.0.mlp.experts", activation="silu", with_bias=True,
-        )  # fmt: skip
-    method = layer.quant_method
-    if not isinstance(method, m.mxfp4.Mxfp4MoEMethod):
-        raise SglangSourceMismatch(f"Mxfp4Config gave FusedMoE a {type(method).__name__}, not Mxfp4MoEMethod")
-    if backend is Mxfp4MoeBackend.FLASHINFER_CUTLASS_SM90:
-        return method._padded_intermediate, method._padded_hidden
-    return layer.w13_weight.shape[1] // 2, 2 * layer.w13_weight.shape[2]
+def gpt_oss_checkpoint(weights: MoeWeights) -> list[tuple[str, torch.Tensor]]:
+    """``weights`` (FC1 rows interleaved) under gpt-oss's checkpoint names and shapes: blocks
+    ``[E, N, K/32, 16]`` bytes, scales ``[E, N, K/32]`` UE8M0 bytes, biases bf16 (their dtype there)."""
+    if weights.fc1_layout is not Fc1Layout.GATE_UP_INTERLEAVED:
+        raise UnsupportedConfig(f"a gpt-oss checkpoint has interleaved FC1 rows, not {weights.fc1_layout.value}")
+    e, named = weights.w13.shape[0], []
+    for suffix, field in GPT_OSS_TENSORS.items():
+        t = getattr(weights, field)
+        if t is None:
+            continue
+        if suffix.endswith("_blocks"):
+            t = t.reshape(e, t.shape[1], -1, 16)
+        elif suffix.endswith("_bias"):
+            t = t.to(torch.bfloat16)
+        named.append((f"{GPT_OSS_PREFIX}.{suffix}", t))
+    return named
 
 
-def load_mxfp4_checkpoint(backend: Mxfp4MoeBackend, weights: MoeWeights) -> MoeWeights:
-    """One rank's gpt-oss-style MXFP4 experts after SGLang's loader: a real ``FusedMoE`` of
-    ``Mxfp4MoEMethod`` under ``backend``'s selection (TP 1) and ``FusedMoE.weight_loader`` with
-    ``expert_id=None`` for each expert tensor, the call ``GptOssForCausalLM._load_mxfp4_experts_weights``
-    makes after narrowing the rank's slice. Returns the buffers before post-load processing (biases as
-    fp32). Not the policy's placement yet: SGLang fills padded scales with E8M0 127, where the suite's
-    layout properties require zero bytes (``tests/test_sglang_subject.py`` pins both facts)."""
-    runner, platform, switches = MXFP4_BACKENDS[backend]
-    prefix = "model.layers.0.mlp.experts"
-    with sglang_layer_context(runner, platform) as m, contextlib.ExitStack() as stack:
-        for name, value in switches.items():
-            stack.enter_context(mock.patch.object(m.mxfp4, name, value))
-        config = m.mxfp4.Mxfp4Config(is_checkpoint_mxfp4_serialized=True)
-        layer = m.FusedMoE(
-            num_experts=weights.w13.shape[0], hidden_size=weights.hidden_size,
-            intermediate_size=weights.intermediate_size, layer_id=0, top_k=1, quant_config=config,
-            prefix=prefix, activation="silu", with_bias=True,
-        )  # fmt: skip
-        tensors = {"w13_weight": weights.w13, "w13_weight_scale": weights.w13_scale, "w2_weight": weights.w2,
-                   "w2_weight_scale": weights.w2_scale, "w13_weight_bias": weights.w13_bias,
-                   "w2_weight_bias": weights.w2_bias}  # fmt: skip
-        for name, tensor in tensors.items():
+def _gpt_oss_stand_in(layer: torch.nn.Module, experts: int, intermediate: int) -> torch.nn.Module:
+    """The part of a ``GptOssForCausalLM`` its expert loader reads: ``layer`` at :data:`GPT_OSS_PREFIX`
+    (``get_submodule``, ``named_parameters``) and ``config.intermediate_size`` / ``num_local_experts``."""
+    root = parent = torch.nn.Module()
+    *path, leaf = GPT_OSS_PREFIX.split(".")
+    for part in path:
+        child = torch.nn.Module()
+        parent.add_module(part, child)
+        parent = child
+    parent.add_module(leaf, layer)
+    root.config = types.SimpleNamespace(intermediate_size=intermediate, num_local_experts=experts)
+    return root
+
+
+STACKED_MOE: dict[str, Any] = {"activation": "silu", "gate_up_interleaved": False, "with_bias": True}
+"""The ``FusedMoE`` arguments of SGLang's stacked ``[gate; up]`` MXFP4 models on ``Mxfp4MoEMethod``
+(``models/kimi_k3.py``, ``models/minimax_m3.py``: ``gate_up_interleaved=False``, per-expert ``w1``/``w3``
+loading), with SiLU gating (the suite's SwiGLU) and bias buffers."""
+
+
+def load_stacked_experts(layer: torch.nn.Module, weights: MoeWeights) -> None:
+    """Feed a stacked ``[gate; up]`` checkpoint to ``FusedMoE.weight_loader`` per expert and shard, as Kimi-K3 and
+    MiniMax-M3 do: ``w1`` (gate) and ``w3`` (up) of ``w13_weight`` / ``w13_weight_scale`` / ``w13_weight_bias``,
+    ``w2``; the loader narrows the rank's channels."""
+    i = weights.intermediate_size
+    halves = {"w1": slice(0, i), "w3": slice(i, 2 * i)}
+    for e in range(weights.w13.shape[0]):
+        for name, field in (("w13_weight", "w13"), ("w13_weight_scale", "w13_scale"), ("w13_weight_bias", "w13_bias")):
+            tensor = getattr(weights, field)
+            if tensor is None:
+                continue
+            for shard, rows in halves.items():
+                layer.weight_loader(getattr(layer, name), tensor[e, rows], f"{GPT_OSS_PREFIX}.{name}", shard, e)
+        for name, field in (("w2_weight", "w2"), ("w2_weight_scale", "w2_scale"), ("w2_weight_bias", "w2_bias")):
+            tensor = getattr(weights, field)
             if tensor is not None:
-                layer.weight_loader(getattr(layer, name), tensor, f"{prefix}.{name}", shard_id=None, expert_id=None)
-        return MoeWeights(
-            w13=layer.w13_weight.detach(), w13_scale=layer.w13_weight_scale.detach(), w2=layer.w2_weight.detach(),
-            w2_scale=layer.w2_weight_scale.detach(), block=32, fc1_layout=weights.fc1_layout,
-            w13_bias=layer.w13_weight_bias.detach().float(), w2_bias=layer.w2_weight_bias.detach().float(),
+                layer.weight_loader(getattr(layer, name), tensor[e], f"{GPT_OSS_PREFIX}.{name}", "w2", e)
+
+
+@contextlib.contextmanager
+def mxfp4_layer(
+    backend: Mxfp4MoeBackend, checkpoint: MoeWeights, tp: int = 1, rank: int = 0
+) -> Iterator[tuple[types.SimpleNamespace, torch.nn.Module]]:
+    """Rank ``rank`` of ``tp`` of an MXFP4 MoE layer after SGLang's loader has read the whole ``checkpoint``.
+
+    A real ``FusedMoE`` (``Mxfp4Config(is_checkpoint_mxfp4_serialized=True)``) built under ``backend``'s
+    selection (:data:`MXFP4_BACKENDS`, :func:`sglang_layer_context`): its constructor rounds the hidden
+    size (``flashinfer_mxfp4``: 256) and ``Mxfp4MoEMethod.create_weights`` rounds and allocates per backend.
+    Then, by family: gpt-oss's for interleaved rows or experts with biases (SGLang's stacked MXFP4 models,
+    Kimi-K3 and MiniMax-M3, have no expert biases, and its per-expert loader reads a 1-D ``w2_weight_bias``
+    as a weight matrix), stacked otherwise; rows in another order (a kernel's) first take the family's
+    checkpoint form (``contracts.moe.relayout_moe``):
+
+    * interleaved (gpt-oss, :data:`GPT_OSS_MOE`): ``GptOssForCausalLM._load_mxfp4_experts_weights`` (on
+      :func:`_gpt_oss_stand_in`) narrows the rank's whole 32-blocks (``cdiv(I/32, tp)·32`` channels, the last
+      ranks short) and calls ``FusedMoE.weight_loader`` with ``expert_id=None``, which copies them into the
+      buffer's leading corner;
+    * stacked ``[gate; up]`` (:data:`STACKED_MOE`): :func:`load_stacked_experts`, the loader narrowing
+      ``I/tp`` channels per half.
+
+    Yields SGLang's modules and the layer, before post-load processing.
+    """
+    runner = MXFP4_BACKENDS[backend]
+    e, h, i = checkpoint.w13.shape[0], checkpoint.hidden_size, checkpoint.intermediate_size
+    interleaved = checkpoint.fc1_layout.interleaved or checkpoint.w13_bias is not None
+    checkpoint = relayout_moe(checkpoint, Fc1Layout.GATE_UP_INTERLEAVED if interleaved else Fc1Layout.GATE_UP)
+    with sglang_layer_context(runner.runner, runner.platform, tp, rank) as m, contextlib.ExitStack() as stack:
+        for name, value in runner.switches.items():
+            stack.enter_context(mock.patch.object(m.mxfp4, name, value))
+        config = m.mxfp4.Mxfp4Config(is_checkpoint_mxfp4_serialized=True)
+        layer = m.FusedMoE(
+            num_experts=e, hidden_size=h, intermediate_size=i, layer_id=0, top_k=1, quant_config=config,
+            prefix=GPT_OSS_PREFIX, **(GPT_OSS_MOE if interleaved else STACKED_MOE),
         )  # fmt: skip
+        if not isinstance(layer.quant_method, m.mxfp4.Mxfp4MoEMethod):
+            raise SglangSourceMismatch(f"Mxfp4Config gave FusedMoE a {type(layer.quant_method).__name__}")
+        if interleaved:
+            m.gpt_oss.GptOssForCausalLM._load_mxfp4_experts_weights(
+                _gpt_oss_stand_in(layer, e, i), iter(gpt_oss_checkpoint(checkpoint))
+            )
+        else:
+            load_stacked_experts(layer, checkpoint)
+        yield m, layer
 
 
-class SglangMxfp4MoeAlignment(BuiltinMxfp4MoeAlignment):
-    """Sizes from a real ``FusedMoE`` of SGLang's ``Mxfp4MoEMethod`` (``quantization/mxfp4.py``), for the
-    SGLang backend :data:`MXFP4_BACKENDS` names.
+def _layer_weights(layer: torch.nn.Module, fc1_layout: Fc1Layout, biased: bool) -> MoeWeights:
+    """A ``FusedMoE``'s MXFP4 expert tensors as :class:`MoeWeights` (bytes; biases fp32, ``[E, N]``). SGLang
+    allocates bias buffers for every CUDA layer; they are reported only for a checkpoint with ``biased``
+    experts (zeros otherwise)."""
+    w13 = layer.w13_weight.detach().view(torch.uint8)
+    e, rows, hp = w13.shape[0], w13.shape[1], 2 * w13.shape[2]
+    w2 = layer.w2_weight.detach().view(torch.uint8)
+    b13, b2 = (getattr(layer, name, None) if biased else None for name in ("w13_weight_bias", "w2_weight_bias"))
+    return MoeWeights(
+        w13=w13.clone(), w13_scale=layer.w13_weight_scale.detach().view(torch.uint8).reshape(e, rows, -1).clone(),
+        w2=w2.clone(), w2_scale=layer.w2_weight_scale.detach().view(torch.uint8).reshape(e, hp, -1).clone(),
+        block=32, fc1_layout=fc1_layout,
+        w13_bias=None if b13 is None else b13.detach().float().reshape(e, -1).clone(),
+        w2_bias=None if b2 is None else b2.detach().float().reshape(e, -1).clone(),
+    )  # fmt: skip
 
-    ``FusedMoE(1, hidden, intermediate, quant_config=Mxfp4Config(is_checkpoint_mxfp4_serialized=True))``
-    (:func:`mxfp4_fused_moe_sizes`) runs its own constructor (:func:`sglang_layer_context`) at TP 1:
-    ``FusedMoE.__init__``'s hidden rounding for ``flashinfer_mxfp4`` and ``Mxfp4MoEMethod.create_weights``'
-    per-backend rounding decide the buffer, read back as ``(w13_weight.shape[1] / 2, 2 · w13_weight.shape[2])``. FlashInfer's SM90 CUTLASS path
-    allocates the unpadded buffer and rebuilds a padded one after loading; its sizes are the method's
-    ``_padded_intermediate`` / ``_padded_hidden``.
 
-    Only the sizes are SGLang's: the zero padding per gate/up half and the FC1 row order are the built-in
-    policy's (``contracts.moe.pad_moe``, ``reference.padding``), as for the vLLM subject. SGLang's
-    ``Mxfp4MoEMethod`` serves gpt-oss-style checkpoints; stacked ``[gate; up]`` checkpoints (Quark OCP-MX,
-    SGLang's ``QuarkW4A4MXFp4MoE``) are sized here by the same method's rounding, not by that scheme's own
-    (not adapted).
+def load_mxfp4_rank(backend: Mxfp4MoeBackend, checkpoint: MoeWeights, tp: int, rank: int) -> tuple[MoeWeights, int]:
+    """Rank ``rank`` of ``tp``'s expert buffers after SGLang's loader has read the whole (unsharded)
+    ``checkpoint`` (:func:`mxfp4_layer`), before any post-load processing: FC1 rows as loaded
+    (interleaved pairs in the leading corner, padded scales E8M0 127), biases fp32. Returns them and the
+    per-rank intermediate size of the buffer."""
+    with mxfp4_layer(backend, checkpoint, tp, rank) as (_, layer):
+        loaded = _layer_weights(layer, checkpoint.fc1_layout, checkpoint.w13_bias is not None)
+        return loaded, loaded.intermediate_size
+
+
+def _pass_through(x: Any, *_: object, **__: object) -> Any:
+    """Stand-in for a GPU-only layout transform: returns its input unchanged."""
+    return x
+
+
+def _identity_permutation(x: torch.Tensor, *_: object, **__: object) -> torch.Tensor:
+    """Stand-in for ``_get_flashinfer_mxfp4_device_permute_indices``: the rows of ``x`` in order."""
+    return torch.arange(x.shape[0])
+
+
+def process_mxfp4_layer(
+    m: types.SimpleNamespace, backend: Mxfp4MoeBackend, layer: torch.nn.Module, biased: bool
+) -> AlignedMoe:
+    """``Mxfp4MoEMethod.process_weights_after_loading`` on a loaded layer, the backend's
+    :attr:`SglangMxfp4Backend.device_calls` passed through (and ``Tensor.cuda`` kept on the CPU): the
+    buffers SGLang hands those calls, in its FC1 order (:attr:`SglangMxfp4Backend.fc1_layout`)."""
+    runner = MXFP4_BACKENDS[backend]
+    method = layer.quant_method
+    if not hasattr(method, "moe_runner_config"):
+        method.moe_runner_config = layer.moe_runner_config
+    with contextlib.ExitStack() as stack:
+        for module, name in runner.device_calls:
+            target = getattr(m, module)
+            stand_in = _identity_permutation if name.endswith("permute_indices") else _pass_through
+            stack.enter_context(mock.patch.object(target, name, stand_in, create=True))
+        stack.enter_context(mock.patch.object(torch.Tensor, "cuda", _pass_through))
+        method.process_weights_after_loading(layer)
+    weights = _layer_weights(layer, runner.fc1_layout, biased)
+    return AlignedMoe(weights, weights.intermediate_size, weights.hidden_size)
+
+
+class SglangMxfp4MoeAlignment:
+    """SGLang's ``Mxfp4MoEMethod`` (``quantization/mxfp4.py``) per backend (:data:`MXFP4_BACKENDS`), for both
+    checkpoint families it serves: gpt-oss's interleaved pairs and Kimi-K3's / MiniMax-M3's stacked ``[gate; up]``.
+
+    ``align_moe`` builds a real ``FusedMoE`` at TP 1 sized for the rank's checkpoint, loads it with SGLang's
+    loader for the checkpoint's family (:func:`mxfp4_layer`: SGLang's placement into the padded buffer) and
+    runs ``process_weights_after_loading`` with the branch's GPU-only layout calls
+    passed through (:func:`process_mxfp4_layer`): sizes, zero placement, pad values and FC1 row order are
+    SGLang's. How SGLang splits a checkpoint over TP ranks is :func:`load_mxfp4_rank`'s, checked against
+    ``reference.sizes.whole_block_split`` by ``tests/test_sglang_subject.py``.
+
+    Two other SGLang methods take stacked MXFP4 experts with their own rounding and are not adapted here:
+    Quark OCP-MX's ``QuarkW4A4MXFp4MoE`` (AITER, ``get_moe_weight_sizes``: I to 256, H unpadded) and
+    DeepSeek-V4's FP4 experts under ``Fp8Config`` (``Mxfp4FlashinferTrtllmMoEMethod``,
+    ``Mxfp4FlashinferCutlassMoEMethod``, ``Mxfp4MarlinMoEMethod``: unpadded buffers, padded after loading).
     """
 
-    def sizes(self, backend: Mxfp4MoeBackend, weights: MoeWeights) -> tuple[int, int]:
-        return mxfp4_fused_moe_sizes(backend, weights.hidden_size, weights.intermediate_size)
+    def align_moe(self, backend: Mxfp4MoeBackend, weights: MoeWeights, gated: bool) -> AlignedMoe:
+        if backend not in MXFP4_BACKENDS:
+            raise LibraryUnavailable(
+                f"the SGLang subject does not map MXFP4 MoE backend {backend.value} (MXFP4_BACKENDS)"
+            )
+        if not gated:
+            raise UnsupportedConfig("SGLang's Mxfp4MoEMethod runs gated experts only")
+        with mxfp4_layer(backend, weights) as (m, layer):
+            return process_mxfp4_layer(m, backend, layer, weights.w13_bias is not None)
 
 
 # --- known upstream bugs -----------------------------------------------------------------------------
 
 SGLANG_SOURCE = f"https://github.com/sgl-project/sglang/blob/v{SGLANG_VERSION}/python/sglang/srt"
 """SGLang's source at the adapted release, for ledger entries that cite a line rather than an issue."""
+
+
+TRTLLM_NVFP4 = tuple(b for b, sel in NVFP4_BACKENDS.items() if sel.runner == "flashinfer_trtllm")
+"""The suite's NVFP4 backends SGLang runs on its TRT-LLM branch (static and per-token activation scales)."""
+
+
+def _hidden_left_unpadded(backend: Nvfp4MoeBackend, rule: Callable[[Any], bool]) -> Callable[[Any], bool]:
+    """``rule``, on the shapes whose hidden size SGLang's TRT-LLM branch leaves unpadded on ``backend``
+    (``trtllm_nvfp4_hidden_alignment`` is 1, except 512 for per-token activation scales and non-gated layers)."""
+    per_token = NVFP4_BACKENDS[backend].per_token_activation
+    return lambda shape: (shape.gated or not per_token) and rule(shape)
 
 
 def _gated_rows_not_128(shape: Any) -> bool:
@@ -649,6 +892,17 @@ def _hidden_256_over_128(config: Any) -> bool:
     return round_up(h, 256) != round_up(h, 128)
 
 
+def _stacked_hidden_padded(config: Any) -> bool:
+    """A stacked ``[gate; up]`` MXFP4 checkpoint without biases (with biases the adapter loads it as gpt-oss's,
+    :func:`mxfp4_layer`) whose hidden size every SGLang MXFP4 backend pads (to 256)."""
+    return config.form is CheckpointForm.STACKED and not config.bias and config.shape.hidden % 256 != 0
+
+
+def _marlin_refused_hidden(config: Any) -> bool:
+    """A hidden size SGLang's Marlin check refuses before padding it (``hidden_size % 64``)."""
+    return config.shape.hidden % 64 != 0
+
+
 def _inter_128_over_64(config: Any) -> bool:
     """An MXFP4 MoE intermediate size that rounding to 128 pads further than rounding to 64 (288, 192)."""
     i = config.shape.intermediate
@@ -675,35 +929,41 @@ SGLANG_KNOWN_FAILURES: tuple[KnownFailure, ...] = (
             "H = 2880) reaches FlashInfer's FC2 shuffle, which asks callers to zero-pad hidden_size to 128; "
             "found by this suite, not reported upstream",
             f"{SGLANG_SOURCE}/layers/moe/moe_runner/flashinfer_trtllm.py",
-            applies=_hidden_not_128,
+            applies=_hidden_left_unpadded(backend, _hidden_not_128),
             raises=AssertionError,
             match=r"rejected FC2 scales with \d+ rows: input_tensor\.shape\[0\]=\d+ must be a multiple of 128",
-            backend=Nvfp4MoeBackend.FLASHINFER_TRTLLM.value,
+            backend=backend.value,
             check=check,
         )
         for check in ("check_flashinfer_accepts", "check_prepare_round_trip")
+        for backend in TRTLLM_NVFP4
     ),
-    KnownFailure(
-        NVFP4_MOE,
-        "Disputed: SGLang runs static NVFP4 TRT-LLM MoE with H % 256 == 128 unpadded (its docstring: 'Every other "
-        "variant runs unpadded', measured with FlashInfer 0.7.0.post1), FlashInfer 0.7.4's valid_hidden_size "
-        "docstring says 'For NVFP4 the padded hidden_size must be a multiple of 256 (128 gives wrong results)'; "
-        "settled by trtllm_fp4_block_scale_moe on a B200 at H = 2688 against the reference",
-        f"{SGLANG_SOURCE}/layers/moe/moe_runner/flashinfer_trtllm.py",
-        applies=_hidden_128_not_256,
-        raises=AssertionError,
-        match=r"hidden size \d+ is not a multiple of 256 \(FlashInfer 0\.7\.4: 128 gives wrong results\)",
-        backend=Nvfp4MoeBackend.FLASHINFER_TRTLLM.value,
-        check="check_flashinfer_accepts",
+    *(
+        KnownFailure(
+            NVFP4_MOE,
+            "Disputed: SGLang runs NVFP4 TRT-LLM MoE (static, and per-token gated) with H % 256 == 128 unpadded (its docstring: 'Every other "
+            "variant runs unpadded', measured with FlashInfer 0.7.0.post1), FlashInfer 0.7.4's valid_hidden_size "
+            "docstring says 'For NVFP4 the padded hidden_size must be a multiple of 256 (128 gives wrong results)'; "
+            "settled by trtllm_fp4_block_scale_moe on a B200 at H = 2688 against the reference",
+            f"{SGLANG_SOURCE}/layers/moe/moe_runner/flashinfer_trtllm.py",
+            applies=_hidden_left_unpadded(backend, _hidden_128_not_256),
+            raises=AssertionError,
+            match=r"hidden size \d+ is not a multiple of 256 \(FlashInfer 0\.7\.4: 128 gives wrong results\)",
+            backend=backend.value,
+            check="check_flashinfer_accepts",
+        )
+        for backend in TRTLLM_NVFP4
     ),
     *(
         KnownFailure(
             MXFP4_LINEAR,
             "Disputed: QuarkW4A4MXFP4 keeps every layer with N <= 128 on the Triton GEMM (_ASM_FP4_UNSAFE_MAX_N: "
             "'gemm_a4w4's untuned ASM heuristic returns wrong rows 1..M-1 for N <= 128 at 2 <= M <= 64', measured "
-            "on ROCm/aiter@e7d2453f2, MI355X); vLLM PR #58139 forces only 96-row scales to Triton and keeps "
-            "(128, 160) on ASM. Settled by AITER's gemm_a4w4 (bpreshuffle, untuned) on an MI350x/MI355x at N = 32, "
-            "64, 128 (N = 160 as control), M = 2..64, against the dequantized reference",
+            "on ROCm/aiter@e7d2453f2, MI355X, with 'TODO: link the AITER issue': no upstream report, so no "
+            "backends.kernel_defects record); vLLM PR #58139 forces only 96-row scales to Triton and keeps "
+            "(128, 160) on ASM. Settled by conformance.test_mxfp4_linear:check_aiter_gemm_kernel on the ASM path "
+            "(the builtin subject keeps N <= 128 on gemm_a4w4) on an MI350x/MI355x (gfx950) at N = 32, 64, 128 "
+            "(N = 160 as control), M = 2..64",
             f"{SGLANG_SOURCE}/layers/quantization/quark/schemes/quark_w4a4_mxfp4.py",
             applies=_small_n_asm_capable,
             raises=AssertionError,
@@ -736,6 +996,30 @@ SGLANG_KNOWN_FAILURES: tuple[KnownFailure, ...] = (
         match=r"over-padding: [IH] \d+ was padded to \d+, but \d+ is accepted",
         backend=Mxfp4MoeBackend.MARLIN.value,
         check="check_minimal_and_idempotent",
+    ),
+    KnownFailure(
+        MXFP4_MOE,
+        "stacked [gate; up] MXFP4 experts (Kimi-K3, MiniMax-M3: Mxfp4MoEMethod with gate_up_interleaved=False, "
+        "per-expert w1/w3 loading): every MXFP4 backend allocates the hidden size rounded to 256 "
+        "(FusedMoE.__init__ for flashinfer_mxfp4, create_weights for AITER and Marlin), but FusedMoE._load_w13 / "
+        "_load_w2 copy the expert's full checkpoint width into that row, so H % 256 != 0 fails at load; no SGLang "
+        "model with stacked MXFP4 experts has such H (K3 7168, MiniMax-M3 3072); found by this suite, not reported upstream",
+        f"{SGLANG_SOURCE}/layers/moe/fused_moe_triton/layer.py",
+        applies=_stacked_hidden_padded,
+        raises=RuntimeError,
+        match=r"The size of tensor a \(\d+\) must match the size of tensor b \(\d+\)",
+    ),
+    KnownFailure(
+        MXFP4_MOE,
+        "marlin: Mxfp4MoEMethod.process_weights_after_loading refuses the layer ('Current MXFP4 MoE layer is not "
+        "supported by Marlin.') when the unpadded hidden size is not a multiple of 64 "
+        "(check_moe_marlin_supports_layer with allow_tile_padding), although create_weights has padded it to 256: "
+        "a loud refusal of shapes no catalogued model has; found by this suite, not reported upstream",
+        f"{SGLANG_SOURCE}/layers/quantization/marlin_utils.py",
+        applies=_marlin_refused_hidden,
+        raises=RuntimeError,
+        match=r"Current MXFP4 MoE layer is not supported by Marlin",
+        backend=Mxfp4MoeBackend.MARLIN.value,
     ),
 )
 

@@ -51,7 +51,7 @@ from backends.mxfp4_moe import Mxfp4MoeBackend
 from backends.nvfp4_moe import CONTRACT as NVFP4_MOE
 from backends.nvfp4_moe import Nvfp4MoeBackend
 from contracts.errors import UnsupportedConfig
-from contracts.moe import AlignedMoe, MoeWeights
+from contracts.moe import AlignedMoe, MoeWeights, pad_moe
 from contracts.moe_sharding import CONTRACT as MOE_SHARDING
 from contracts.mxfp4_linear import CONTRACT as MXFP4_LINEAR
 from contracts.mxfp4_linear import PreparedMxfp4Linear
@@ -67,6 +67,7 @@ from reference.layouts import (
     swap_halves,
     unswizzle_128x4,
 )
+from reference.padding import pad_dim
 from reference.sizes import round_up
 from subjects.mxfp4_moe import BuiltinMxfp4MoeAlignment
 from subjects.registry import KnownFailure, Subject, register_subject
@@ -104,6 +105,7 @@ def vllm_modules() -> types.SimpleNamespace:
         aiter_linear = importlib.import_module("vllm.model_executor.kernels.linear.mxfp4.aiter")
         linear_base = importlib.import_module("vllm.model_executor.kernels.linear.mxfp4.base")
         quant_utils = importlib.import_module("vllm.model_executor.layers.quantization.utils.quant_utils")
+        mxfp4_utils = importlib.import_module("vllm.model_executor.layers.quantization.utils.mxfp4_utils")
         qwen3_next = importlib.import_module("vllm.model_executor.models.qwen3_next")
     except Exception as exc:
         raise VllmUnavailable(
@@ -121,6 +123,7 @@ def vllm_modules() -> types.SimpleNamespace:
         aiter_linear=aiter_linear,
         MxFp4LinearLayerConfig=linear_base.MxFp4LinearLayerConfig,
         kMxfp4Dynamic=quant_utils.kMxfp4Dynamic,
+        mxfp4_utils=mxfp4_utils,
         qwen3_next=qwen3_next,
     )
 
@@ -575,8 +578,17 @@ VLLM_MXFP4_BACKENDS = {
     # (AITER_MXFP4_BF16 is the a16w4 path with shuffle_weight_a16w4, another layout)
     Mxfp4MoeBackend.AITER: "AITER_MXFP4_MXFP4",
     Mxfp4MoeBackend.MARLIN: "MARLIN",
+    Mxfp4MoeBackend.VLLM_CUTLASS: "CUTLASS_MXFP4_MXFP4",  # DEEPGEMM_MXFP4 rounds alike (tests/test_vllm_subject.py)
+    Mxfp4MoeBackend.B12X: "B12X_MXFP4_BF16",
+    Mxfp4MoeBackend.TRITON_SM90: "TRITON",  # on CUDA; TRITON_UNFUSED rounds alike there
+    # GptOssMxfp4MoEMethod's call (no activation): 256; Mxfp4MoEMethod passes SiLU and gets 128
+    Mxfp4MoeBackend.AITER_A16W4: "AITER_MXFP4_BF16",
+    Mxfp4MoeBackend.FLASHINFER_MOE_EP: "FLASHINFER_MOE_EP_DEEP_GEMM",  # the model's sizes, unrounded
 }
 """The suite's MXFP4 MoE backends as vLLM's ``Mxfp4MoeBackend`` members."""
+
+ROCM_BACKENDS = (Mxfp4MoeBackend.AITER, Mxfp4MoeBackend.AITER_A16W4)
+"""Backends whose rounding vLLM decides under ``current_platform.is_rocm()`` (:func:`_rocm_platform`)."""
 
 CDNA4 = 4
 """gfx950 (MI350x / MI355x), the suite's AITER target, is CDNA 4."""
@@ -600,20 +612,156 @@ def _rocm_platform(v: types.SimpleNamespace) -> Iterator[None]:
         yield
 
 
+_TRITON_KERNELS_STUBS = (
+    "triton_kernels",
+    "triton_kernels.matmul_ogs_details",
+    "triton_kernels.matmul_ogs_details.opt_flags",
+    "triton_kernels.numerics",
+    "triton_kernels.tensor",
+    "triton_kernels.tensor_details",
+    "triton_kernels.tensor_details.layout",
+)
+
+
+@contextlib.contextmanager
+def _hopper_triton_kernels(v: types.SimpleNamespace) -> Iterator[list[torch.Tensor]]:
+    """Run vLLM's triton_kernels preparation as on an SM90 GPU, recording what it hands ``convert_layout``.
+
+    ``current_platform`` (in ``mxfp4_utils``) is CUDA capability 9.0 with torch >= 2.8.1 (its swizzled
+    branch), triton_kernels 3.5.1 is present; the triton_kernels modules vLLM imports are stubs whose
+    ``convert_layout`` appends the tensor it is given (weights as ``[E, K/2, N]``, scales as
+    ``[E, K/32, N]``) to the yielded list, and ``opt_flags``, ``InFlexData``, the layout factories and the
+    oracle's ``PrecisionConfig`` / ``FlexCtx`` are inert.
+    """
+    handed: list[torch.Tensor] = []
+    stubs = {name: types.ModuleType(name) for name in _TRITON_KERNELS_STUBS}
+    stubs["triton_kernels.matmul_ogs_details.opt_flags"].update_opt_flags_constraints = lambda constraints: None
+    stubs["triton_kernels.numerics"].InFlexData = lambda *args, **kwargs: None
+    tensor = stubs["triton_kernels.tensor"]
+    tensor.FP4 = "fp4"
+    tensor.wrap_torch_tensor = lambda t, dtype=None: t
+    tensor.convert_layout = lambda t, layout, **opts: handed.append(t) or t
+    layout = stubs["triton_kernels.tensor_details.layout"]
+    layout.StridedLayout = "strided"
+    layout.make_default_matmul_mxfp4_w_layout = lambda mx_axis: ("hopper-value", {})
+    layout.make_default_matmul_mxfp4_w_scale_layout = lambda mx_axis, num_warps: ("hopper-scale", {})
+    for name in _TRITON_KERNELS_STUBS:
+        parent, _, child = name.rpartition(".")
+        if parent:
+            setattr(stubs[parent], child, stubs[name])
+    sm90 = types.SimpleNamespace(
+        is_cuda=lambda: True,
+        is_rocm=lambda: False,
+        is_device_capability=lambda capability: capability == 90,
+        is_device_capability_family=lambda capability: False,
+    )
+    utils, oracle = v.mxfp4_utils, v.mxfp4_oracle
+    with (
+        mock.patch.dict(sys.modules, stubs),
+        mock.patch.object(utils, "current_platform", sm90),
+        mock.patch.object(utils, "has_triton_kernels", lambda: True),
+        mock.patch.object(utils, "get_triton_kernels_version", lambda: "3.5.1"),
+        mock.patch.object(utils, "is_torch_equal_or_newer", lambda version: True),
+        mock.patch.object(utils, "should_use_gfx1250_mx_scale_swizzle", lambda: False),
+        mock.patch.object(oracle, "PrecisionConfig", lambda **kwargs: None, create=True),
+        mock.patch.object(oracle, "FlexCtx", lambda **kwargs: None, create=True),
+        mock.patch.object(oracle, "_mx_scale_kwargs", lambda scale: {}),
+    ):
+        yield handed
+
+
+def hopper_scale_groups(v: types.SimpleNamespace, scale: torch.Tensor) -> int:
+    """Scale groups along K that vLLM's ``_swizzle_mxfp4`` hands triton_kernels on an SM90 GPU
+    (:func:`_hopper_triton_kernels`), for one GEMM's ``scale [E, N, K/32]``. vLLM PR #47910 (in 0.33.0)
+    pads them to a multiple of 4 there; without it they stay ``K/32``."""
+    e, n, groups = scale.shape
+    with _hopper_triton_kernels(v) as handed:
+        v.mxfp4_utils._swizzle_mxfp4(torch.zeros(e, n, groups * 16, dtype=torch.uint8), scale)
+    if len(handed) != 2 or handed[1].shape[0] != e or handed[1].shape[-1] != n:
+        raise VllmSourceMismatch(
+            f"_swizzle_mxfp4 no longer hands convert_layout the weights then the [E, K/32, N] scales: {handed}"
+        )
+    return handed[1].shape[1]
+
+
+def triton_kernel_format(v: types.SimpleNamespace, weights: MoeWeights) -> MoeWeights:
+    """The experts vLLM's ``TRITON`` conversion hands triton_kernels (:func:`_hopper_triton_kernels`), back in
+    the contract's orientation: ``convert_gpt_oss_weight_to_mxfp4_moe_kernel_format`` for gpt-oss's
+    row-interleaved checkpoints (``GptOssMxfp4MoEMethod``), ``convert_weight_to_mxfp4_moe_kernel_format`` for
+    stacked ones (``Mxfp4MoEMethod``). ``weights`` are the loader's padded buffers; the scales come back with
+    the groups vLLM added (zero bytes), the weights are zero-padded to match them, and FC1 rows are labelled
+    with the order triton_kernels' ``swiglu`` reads (gate/up pairs)."""
+    oracle = v.mxfp4_oracle
+    layer = torch.nn.Module()
+    tensors = {"w13_weight": weights.w13, "w2_weight": weights.w2,
+               "w13_weight_scale": weights.w13_scale, "w2_weight_scale": weights.w2_scale}  # fmt: skip
+    for name, t in tensors.items():
+        layer.register_parameter(name, torch.nn.Parameter(t.clone(), requires_grad=False))
+    args = (layer.w13_weight, layer.w2_weight, layer.w13_weight_scale, layer.w2_weight_scale)
+    biases = tuple(None if b is None else b.clone() for b in (weights.w13_bias, weights.w2_bias))
+    convert = (
+        oracle.convert_gpt_oss_weight_to_mxfp4_moe_kernel_format
+        if weights.fc1_layout is Fc1Layout.GATE_UP_INTERLEAVED
+        else oracle.convert_weight_to_mxfp4_moe_kernel_format
+    )
+    with _hopper_triton_kernels(v) as handed:
+        out = convert(oracle.Mxfp4MoeBackend.TRITON, layer, *args, *biases)
+    if len(handed) != 4:
+        raise VllmSourceMismatch(f"vLLM's TRITON conversion handed triton_kernels {len(handed)} tensors, not 4")
+    w13, s13, w2, s2 = (t.transpose(-2, -1).contiguous() for t in handed)
+    ip, hp = 32 * s2.shape[-1], 32 * s13.shape[-1]
+    w13_bias, w2_bias = (None if b is None else b.float() for b in out[4:6])
+    return MoeWeights(
+        w13=pad_dim(pad_dim(w13, -1, hp // 2), -2, 2 * ip),
+        w13_scale=pad_dim(s13, -2, 2 * ip),
+        w2=pad_dim(pad_dim(w2, -1, ip // 2), -2, hp),
+        w2_scale=pad_dim(s2, -2, hp),
+        block=32,
+        fc1_layout=Fc1Layout.GATE_UP_INTERLEAVED,
+        w13_bias=None if w13_bias is None else pad_dim(w13_bias, -1, 2 * ip),
+        w2_bias=None if w2_bias is None else pad_dim(w2_bias, -1, hp),
+    )
+
+
 class VllmMxfp4MoeAlignment(BuiltinMxfp4MoeAlignment):
     """Sizes from vLLM's ``mxfp4_round_up_hidden_size_and_intermediate_size`` (``fused_moe/oracle/mxfp4.py``),
-    for the vLLM backend :data:`VLLM_MXFP4_BACKENDS` names; AITER under a patched ROCm CDNA4 platform
-    (:func:`_rocm_platform`), called without ``activation`` as Quark's ``maybe_roundup_sizes`` does.
+    for the vLLM backend :data:`VLLM_MXFP4_BACKENDS` names; the AITER ones under a patched ROCm CDNA4
+    platform (:func:`_rocm_platform`), called without ``activation`` as Quark's and gpt-oss's
+    ``maybe_roundup_sizes`` do.
+
+    ``triton-kernels-sm90``: vLLM keeps its rounded sizes and zero-pads only the scale groups along K
+    (:func:`hopper_scale_groups`, vLLM PR #47910); the kernel masks the weights' K tail, so for the
+    contract that equals weights and scales zero-padded to ``32 × groups`` along K, the sizes reported
+    here (FC1's K is ``H``, FC2's is ``I``).
 
     Only the sizes are vLLM's: the zero padding per gate/up half and the FC1 row order are the built-in
     policy's (``contracts.moe.pad_moe``, ``reference.padding``), since vLLM places weights in the padded
     buffers through its weight loader, which needs a whole model.
     """
 
+    def align_moe(self, backend: Mxfp4MoeBackend, weights: MoeWeights, gated: bool) -> AlignedMoe:
+        if backend is not Mxfp4MoeBackend.TRITON_SM90:
+            return super().align_moe(backend, weights, gated)
+        ip, hp = self.oracle_sizes(backend, weights)
+        loaded = pad_moe(weights, gated, ip, hp).weights  # the loader's buffers (placement: the suite's)
+        w = triton_kernel_format(vllm_modules(), loaded)
+        return AlignedMoe(w, w.intermediate_size, w.hidden_size)
+
     def sizes(self, backend: Mxfp4MoeBackend, weights: MoeWeights) -> tuple[int, int]:
+        ip, hp = self.oracle_sizes(backend, weights)
+        if backend is Mxfp4MoeBackend.TRITON_SM90:
+            e = weights.w13.shape[0]
+            v = vllm_modules()
+            fc1 = hopper_scale_groups(v, torch.zeros(e, 2 * ip, hp // 32, dtype=torch.uint8))
+            fc2 = hopper_scale_groups(v, torch.zeros(e, hp, ip // 32, dtype=torch.uint8))
+            hp, ip = 32 * fc1, 32 * fc2
+        return ip, hp
+
+    def oracle_sizes(self, backend: Mxfp4MoeBackend, weights: MoeWeights) -> tuple[int, int]:
+        """``(Ip, Hp)`` from ``mxfp4_round_up_hidden_size_and_intermediate_size`` for ``backend``."""
         v = vllm_modules()
         member = v.mxfp4_oracle.Mxfp4MoeBackend[VLLM_MXFP4_BACKENDS[backend]]
-        platform = _rocm_platform(v) if backend is Mxfp4MoeBackend.AITER else contextlib.nullcontext()
+        platform = _rocm_platform(v) if backend in ROCM_BACKENDS else contextlib.nullcontext()
         with platform:
             hidden, intermediate = v.mxfp4_oracle.mxfp4_round_up_hidden_size_and_intermediate_size(
                 member, weights.hidden_size, weights.intermediate_size
@@ -648,6 +796,27 @@ def _marlin_inter_over_128(config: Any) -> bool:
     i = config.shape.intermediate
     return round_up(i, 128) != round_up(i, 64)
 
+
+def _moe_ep_hidden_not_128(config: Any) -> bool:
+    """vLLM hands the MoE-EP megakernel the model's hidden size (``Mxfp4MoeConfig``); not a multiple of 128."""
+    return config.shape.hidden % 128 != 0
+
+
+def _triton_stacked(config: Any, odd_groups: bool) -> bool:
+    """A stacked ``[gate; up]`` checkpoint (``Mxfp4MoeConfig``) whose hidden size has an odd (``odd_groups``)
+    or even number of 32-element groups: vLLM's TRITON conversion splits that last dim of the FC1 scales in
+    half."""
+    return config.form.value == "stacked" and (config.shape.hidden // 32) % 2 == int(odd_groups)
+
+
+TRITON_STACKED = (
+    "convert_weight_to_mxfp4_moe_kernel_format (TRITON, stacked [w1; w3] checkpoints of Mxfp4MoEMethod) "
+    "interleaves the two halves of the last dim of w13 [E, 2I, H/2] and of its scales [E, 2I, H/32] (its "
+    "shuffle_weight, right for the bias [E, 2I] only): gate and up rows stay stacked while triton_kernels' swiglu "
+    "reads pairs, and K is permuted, bytes and scale groups differently; an odd H/32 makes torch.stack raise. "
+    "gpt-oss checkpoints take the other converter and pass; found by this suite, not reported upstream"
+)
+TRITON_SOURCE = "https://github.com/vllm-project/vllm/blob/v0.33.0/vllm/model_executor/layers/fused_moe/oracle/mxfp4.py"
 
 AITER_5233 = (
     "vLLM 0.33.0's oracle rounds the AITER W4A4 (AITER_MXFP4_MXFP4) intermediate size to 128 (the change of vLLM "
@@ -739,6 +908,44 @@ VLLM_KNOWN_FAILURES: tuple[KnownFailure, ...] = (
         match=r"over-padding: H \d+ was padded to \d+, but \d+ is accepted",
         backend=Mxfp4MoeBackend.MARLIN.value,
         check="check_minimal_and_idempotent",
+    ),
+    KnownFailure(
+        MXFP4_MOE,
+        TRITON_STACKED,
+        TRITON_SOURCE,
+        applies=lambda config: _triton_stacked(config, odd_groups=True),
+        raises=RuntimeError,
+        match=r"stack expects each tensor to be equal size",
+        backend=Mxfp4MoeBackend.TRITON_SM90.value,
+    ),
+    *(
+        KnownFailure(
+            MXFP4_MOE,
+            TRITON_STACKED,
+            TRITON_SOURCE,
+            applies=lambda config: _triton_stacked(config, odd_groups=False),
+            raises=AssertionError,
+            match=match,
+            backend=Mxfp4MoeBackend.TRITON_SM90.value,
+            check=check,
+        )
+        for check, match in (
+            ("check_gate_up_pairing", r"w13 gate rows as triton-kernels-sm90 reads them .*block moved or changed"),
+            ("check_padding_invariance", r"padding changed the MoE output \(triton-kernels-sm90 reads FC1 rows"),
+        )
+    ),
+    KnownFailure(
+        MXFP4_MOE,
+        "FLASHINFER_MOE_EP_DEEP_GEMM: mxfp4_round_up_hidden_size_and_intermediate_size returns the model's sizes "
+        "('the megakernel ... validates them itself'), and FlashInfer's DeepGEMM staging raises for H % 128 != 0; "
+        "latent: vLLM selects this backend only with DeepSeek-V4 routing, whose hidden sizes are multiples of "
+        "128; found by this suite, not reported upstream",
+        "https://github.com/vllm-project/vllm/blob/v0.33.0/vllm/model_executor/layers/fused_moe/oracle/mxfp4.py",
+        applies=_moe_ep_hidden_not_128,
+        raises=AssertionError,
+        match=r"hidden size \d+ % 128 != 0: FlashInfer MoE-EP DeepGEMM staging raises",
+        backend=Mxfp4MoeBackend.FLASHINFER_MOE_EP.value,
+        check="check_backend_accepts",
     ),
 )
 

@@ -23,9 +23,9 @@ from backends.nvfp4_moe import Nvfp4MoeBackend
 from conformance import test_mxfp4_linear, test_mxfp4_moe, test_nvfp4_moe
 from contracts.moe import MoeWeights
 from reference.formats import MxScaleRounding
-from reference.layouts import Fc1Layout, aiter_shuffle_weight, vllm_asm_scale_swizzle
+from reference.layouts import Fc1Layout, aiter_shuffle_weight, split_fc1, vllm_asm_scale_swizzle
 from reference.padding import pad_dim
-from reference.sizes import padded_split, round_up
+from reference.sizes import padded_split, round_up, whole_block_split
 from strategies.catalog import MODELS
 from strategies.moe import pinned_shape
 from strategies.tensors import moe_case
@@ -175,13 +175,21 @@ def test_linear_quantizer_reader_fails_on_altered_source() -> None:
 MXFP4 = ss.SglangMxfp4MoeAlignment()
 
 
-def _mxfp4_weights(intermediate: int, hidden: int) -> MoeWeights:
-    def zeros(*shape: int) -> torch.Tensor:
-        return torch.zeros(shape, dtype=torch.uint8)
+def _mxfp4_weights(intermediate: int, hidden: int, layout: Fc1Layout, experts: int = 1, seed: int = 0) -> MoeWeights:
+    """Random MXFP4 expert bytes (codes and scales 1..126, never 0 or 127, so padding is visible); bf16 biases
+    for gpt-oss's interleaved form only (SGLang's stacked MXFP4 models have none)."""
+    g = torch.Generator().manual_seed(seed)
 
+    def draw(*shape: int) -> torch.Tensor:
+        return torch.randint(1, 127, shape, generator=g, dtype=torch.int64).to(torch.uint8)
+
+    e, i, h = experts, intermediate, hidden
+    biased = layout.interleaved
     return MoeWeights(
-        w13=zeros(1, 2 * intermediate, hidden // 2), w13_scale=zeros(1, 2 * intermediate, hidden // 32),
-        w2=zeros(1, hidden, intermediate // 2), w2_scale=zeros(1, hidden, intermediate // 32), block=32,
+        w13=draw(e, 2 * i, h // 2), w13_scale=draw(e, 2 * i, h // 32), w2=draw(e, h, i // 2),
+        w2_scale=draw(e, h, i // 32), block=32, fc1_layout=layout,
+        w13_bias=torch.randn(e, 2 * i, generator=g).bfloat16().float() if biased else None,
+        w2_bias=torch.randn(e, h, generator=g).bfloat16().float() if biased else None,
     )  # fmt: skip
 
 
@@ -198,13 +206,100 @@ def _mxfp4_weights(intermediate: int, hidden: int) -> MoeWeights:
 def test_mxfp4_sizes_are_sglangs(
     backend: Mxfp4MoeBackend, intermediate: int, hidden: int, want: tuple[int, int]
 ) -> None:
-    """Sizes read off a real ``FusedMoE`` of ``Mxfp4MoEMethod`` under each backend's selection."""
-    assert MXFP4.sizes(backend, _mxfp4_weights(intermediate, hidden)) == want
+    """Sizes of the buffers SGLang's ``Mxfp4MoEMethod`` hands its GPU-only layout calls, per backend."""
+    aligned = MXFP4.align_moe(backend, _mxfp4_weights(intermediate, hidden, Fc1Layout.GATE_UP_INTERLEAVED), True)
+    assert (aligned.intermediate_size, aligned.hidden_size) == want
 
 
-SPLIT_MULTIPLE = {(Nvfp4MoeBackend.FLASHINFER_TRTLLM, True): 64, (Nvfp4MoeBackend.FLASHINFER_TRTLLM, False): 128}
-"""Per-rank buffer multiple of SGLang's NVFP4 loader split (``create_weights``' TRT-LLM rounding); CUTLASS
-allocates ``I/tp`` and splits evenly (multiple 1)."""
+@pytest.mark.parametrize("backend", list(ss.MXFP4_BACKENDS))
+@pytest.mark.parametrize("layout", [Fc1Layout.GATE_UP_INTERLEAVED, Fc1Layout.GATE_UP])
+def test_mxfp4_post_load_keeps_pairs(backend: Mxfp4MoeBackend, layout: Fc1Layout) -> None:
+    """After SGLang's loader and post-load processing, the rows read in the order SGLang states are the
+    checkpoint's gate and up rows, each half's padding after it; FC2 keeps its corner."""
+    i, h = 96, 256
+    weights = _mxfp4_weights(i, h, layout, seed=3)
+    aligned = MXFP4.align_moe(backend, weights, True)
+    ip, out = aligned.intermediate_size, aligned.weights
+    assert out.fc1_layout is ss.MXFP4_BACKENDS[backend].fc1_layout
+    for name, dim in (("w13", -2), ("w13_scale", -2), ("w13_bias", -1)):
+        if getattr(weights, name) is None:
+            continue
+        src = split_fc1(getattr(weights, name), layout, dim)
+        dst = split_fc1(getattr(out, name), out.fc1_layout, dim)
+        for half, a, b in zip(("gate", "up"), src, dst, strict=True):
+            assert torch.equal(b[tuple(slice(0, n) for n in a.shape)], a), (name, half)
+        assert getattr(out, name).shape[dim] == 2 * ip
+    for name in ("w2", "w2_scale", "w2_bias"):
+        src, dst = getattr(weights, name), getattr(out, name)
+        if src is None:
+            continue
+        corner = tuple(slice(0, n) for n in src.shape)
+        assert torch.equal(dst[corner], src), name
+
+
+GPT_OSS_I = 2880
+"""gpt-oss-20b's and gpt-oss-120b's expert intermediate size (90 MXFP4 blocks)."""
+STACKED_I = 2304
+"""A stacked checkpoint's intermediate size whose ``I/tp`` is whole 32-blocks at TP 2, 4, 8 but not whole
+128-blocks at TP 4 and 8 (576, 288), so the buffers are padded."""
+
+
+@settings(max_examples=6, deadline=None)
+@given(
+    tp=st.sampled_from((2, 4, 8)),
+    backend=st.sampled_from([b for b in ss.MXFP4_BACKENDS if b is not Mxfp4MoeBackend.FLASHINFER_CUTLASS_SM90]),
+    layout=st.sampled_from([Fc1Layout.GATE_UP_INTERLEAVED, Fc1Layout.GATE_UP]),
+)
+def test_mxfp4_loader_split_is_the_modelled_split(tp: int, backend: Mxfp4MoeBackend, layout: Fc1Layout) -> None:
+    """SGLang's loaders, given the whole checkpoint at every rank of ``tp``, fill rank ``r``'s buffer with the
+    channels the suite models: gpt-oss's whole 32-blocks (``reference.sizes.whole_block_split``, the last
+    ranks short) or ``I/tp`` per half for stacked checkpoints, in the buffer's leading corner (interleaved)
+    or at the head of each half (stacked); padded weights are zero codes, padded scales E8M0 127 (the
+    buffer's fill) under gpt-oss's corner copy and 0 under the per-expert loader's zero-padded narrow.
+    Every checkpoint channel lands on exactly one rank."""
+    interleaved = layout is Fc1Layout.GATE_UP_INTERLEAVED
+    i, h = (GPT_OSS_I if interleaved else STACKED_I), 256
+    ckpt = _mxfp4_weights(i, h, layout, seed=tp)
+    per_rank = whole_block_split(i, tp, 32) if interleaved else (i // tp,) * tp
+    covered = 0
+    for rank, real in enumerate(per_rank):
+        loaded, ip = ss.load_mxfp4_rank(backend, ckpt, tp, rank)
+        start = rank * per_rank[0]
+        for name in ("w13", "w13_scale"):
+            src, dst = getattr(ckpt, name), getattr(loaded, name)
+            width = src.shape[-1]
+            if interleaved:
+                want = src[:, 2 * start : 2 * (start + real)]
+                assert torch.equal(dst[:, : 2 * real, :width], want), f"rank {rank} {name}"
+                pad = dst[:, 2 * real :]
+            else:
+                for half in range(2):
+                    want = src[:, half * i + start : half * i + start + real]
+                    assert torch.equal(dst[:, half * ip : half * ip + real, :width], want), f"rank {rank} {name} {half}"
+                pad = torch.cat([dst[:, real:ip], dst[:, ip + real :]], dim=1)
+            fill = (127 if interleaved else 0) if name.endswith("scale") else 0
+            assert set(pad.unique().tolist()) <= {fill}, f"rank {rank} {name} pad"
+        for name, per in (("w2", 2), ("w2_scale", 32)):
+            src, dst = getattr(ckpt, name), getattr(loaded, name)
+            want = src[..., start // per : (start + real) // per]
+            assert torch.equal(dst[:, :h, : real // per], want), f"rank {rank} {name}"
+        covered += real
+    assert covered == i
+
+
+def test_sm90_gpt_oss_loader_overflows_at_tp4_in_0_5_23() -> None:
+    """SGLang 0.5.23 on SM90 ``flashinfer_mxfp4``: ``create_weights`` allocates ``I/tp`` = 720 rows per half for
+    gpt-oss at TP 4, but the gpt-oss loader narrows whole blocks, 736 channels, for rank 0 (found by this
+    suite; the ledger has it). Fails once SGLang sizes the buffer for the whole-block shard; then update both."""
+    ckpt = _mxfp4_weights(GPT_OSS_I, 256, Fc1Layout.GATE_UP_INTERLEAVED)
+    with pytest.raises(RuntimeError, match=r"size of tensor a \(1440\) must match the size of tensor b \(1472\)"):
+        ss.load_mxfp4_rank(Mxfp4MoeBackend.FLASHINFER_CUTLASS_SM90, ckpt, 4, 0)
+
+
+SPLIT_MULTIPLE = {("flashinfer_trtllm", True): 64, ("flashinfer_trtllm", False): 128}
+"""Per-rank buffer multiple of SGLang's NVFP4 loader split by ``--moe-runner-backend`` and gating
+(``create_weights``' TRT-LLM rounding, per-token activation or not); CUTLASS allocates ``I/tp`` and splits
+evenly (multiple 1)."""
 
 
 @settings(max_examples=6, deadline=None)
@@ -222,7 +317,7 @@ def test_loader_split_is_the_modelled_split(model: str, tp: int, backend: Nvfp4M
     gated, size = m.activation.gated, m.moe_intermediate
     if size % tp:
         return  # SGLang asserts intermediate_size % moe_tp_size == 0
-    multiple = SPLIT_MULTIPLE.get((backend, gated), 1)
+    multiple = SPLIT_MULTIPLE.get((ss.NVFP4_BACKENDS[backend].runner, gated), 1)
     per_rank = padded_split(size, tp, multiple)
     ip = round_up(size // tp, multiple)
     g = torch.Generator().manual_seed(size * tp)
@@ -249,44 +344,3 @@ def test_loader_split_is_the_modelled_split(model: str, tp: int, backend: Nvfp4M
             assert torch.equal(dst, want), f"rank {rank} {name}"
         covered += real
     assert covered == size
-
-
-def test_mxfp4_loader_places_in_the_corner_and_pads_scales_with_one() -> None:
-    """SGLang's gpt-oss loader copies a rank's interleaved experts into the leading corner of the padded
-    buffer (pairs stay adjacent) and leaves padded weights 0 but padded scales E8M0 127 (1.0), the neutral
-    value FlashInfer 0.7.4 asks for; the suite's layout properties require zero padding bytes, which is why
-    the ``mxfp4_moe`` policy keeps the suite's placement (README findings)."""
-    i, h = 96, 224
-    g = torch.Generator().manual_seed(1)
-
-    def draw(*shape: int) -> torch.Tensor:
-        return torch.randint(1, 127, shape, generator=g, dtype=torch.int64).to(torch.uint8)
-
-    weights = MoeWeights(
-        w13=draw(1, 2 * i, h // 2), w13_scale=draw(1, 2 * i, h // 32), w2=draw(1, h, i // 2),
-        w2_scale=draw(1, h, i // 32), block=32, fc1_layout=Fc1Layout.GATE_UP_INTERLEAVED,
-    )  # fmt: skip
-    loaded = ss.load_mxfp4_checkpoint(Mxfp4MoeBackend.FLASHINFER_TRTLLM, weights)
-    assert tuple(loaded.w13.shape) == (1, 2 * 128, 256 // 2)  # I -> 128, H -> 256 (FusedMoE.__init__)
-    for name in ("w13", "w13_scale", "w2", "w2_scale"):
-        src, dst = getattr(weights, name), getattr(loaded, name)
-        corner = tuple(slice(0, n) for n in src.shape)
-        assert torch.equal(dst[corner], src), name
-        pad = torch.ones_like(dst, dtype=torch.bool)
-        pad[corner] = False
-        assert set(dst[pad].unique().tolist()) == ({127} if name.endswith("scale") else {0}), name
-
-
-def test_cutlass_loader_split_cuts_groups() -> None:
-    """Under ``flashinfer_cutlass`` SGLang 0.5.23's NVFP4 loader narrows every tensor by its own size / tp
-    (buffer ``I/tp``): Gemma-4-26B-A4B at TP8 gets 88 channels but 5 FC2 scale groups per rank, the split
-    vLLM #49949 reports for vLLM (README findings; not reported to SGLang). The ``sglang`` subject's
-    ``moe_sharding`` policy loads under ``flashinfer_trtllm``, whose padded split keeps whole groups; this
-    fails once the CUTLASS split keeps whole groups too."""
-    from conformance.test_moe_sharding import check_every_element_on_one_rank
-    from strategies.moe_sharding import pinned_sharding
-    from subjects.sglang_sharding import SglangMoeSharding
-
-    policy = SglangMoeSharding(Nvfp4MoeBackend.FLASHINFER_CUTLASS)
-    with pytest.raises(AssertionError, match=r"rank 0 holds channels \[0, 88\), which cut a 16-element scale group"):
-        check_every_element_on_one_rank(pinned_sharding("gemma-4-26b-a4b", 8), None, policy)

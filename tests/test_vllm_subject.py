@@ -11,6 +11,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import importlib.util
 import inspect
 import sys
@@ -26,7 +27,7 @@ from contracts.errors import UnsupportedConfig
 from contracts.moe import MoeWeights
 from contracts.shared_expert import SharedExpertPlacement, SharedExpertRefused, SharedExpertSetup
 from reference.formats import MxScaleRounding
-from reference.layouts import aiter_shuffle_weight, grouped_gate_up_interleave, vllm_asm_scale_swizzle
+from reference.layouts import Fc1Layout, aiter_shuffle_weight, grouped_gate_up_interleave, vllm_asm_scale_swizzle
 from strategies.shared_expert import shared_expert_case
 from subjects import vllm as sv
 from subjects.registry import backends, contracts, resolve
@@ -187,10 +188,70 @@ def _mxfp4_weights(intermediate: int, hidden: int) -> MoeWeights:
         (Mxfp4MoeBackend.FLASHINFER_CUTLASS_SM90, (768, 2944)),
         (Mxfp4MoeBackend.AITER, (768, 3072)),
         (Mxfp4MoeBackend.MARLIN, (768, 3072)),
+        (Mxfp4MoeBackend.VLLM_CUTLASS, (768, 2944)),
+        (Mxfp4MoeBackend.B12X, (720, 2880)),  # exact sizes
+        (Mxfp4MoeBackend.TRITON_SM90, (768, 2944)),  # ru(720, 64) = 768; H's 90 scale groups padded to 92
+        (Mxfp4MoeBackend.AITER_A16W4, (768, 3072)),
+        (Mxfp4MoeBackend.FLASHINFER_MOE_EP, (720, 2880)),  # the model's sizes
     ],
 )
 def test_mxfp4_sizes_are_the_oracles(backend: Mxfp4MoeBackend, want: tuple[int, int]) -> None:
     assert sv.VllmMxfp4MoeAlignment().sizes(backend, _mxfp4_weights(720, 2880)) == want
+
+
+@pytest.mark.parametrize(
+    ("suite", "alias"),
+    [(Mxfp4MoeBackend.VLLM_CUTLASS, "DEEPGEMM_MXFP4"), (Mxfp4MoeBackend.TRITON_SM90, "TRITON_UNFUSED")],
+)
+def test_mxfp4_aliases_round_alike(suite: Mxfp4MoeBackend, alias: str) -> None:
+    """The engine backends a record names as aliases get the same rounding from vLLM's oracle."""
+    oracle = sv.vllm_modules().mxfp4_oracle
+    for i, h in ((720, 2880), (96, 96), (192, 7168), (288, 5120)):
+        want = oracle.mxfp4_round_up_hidden_size_and_intermediate_size(
+            oracle.Mxfp4MoeBackend[sv.VLLM_MXFP4_BACKENDS[suite]], h, i
+        )
+        assert oracle.mxfp4_round_up_hidden_size_and_intermediate_size(oracle.Mxfp4MoeBackend[alias], h, i) == want
+
+
+def test_hopper_scale_groups_padded_to_whole_tiles() -> None:
+    """vLLM 0.33.0's ``_swizzle_mxfp4`` zero-pads SM90 scale groups to a multiple of 4 (PR #47910): gpt-oss's
+    90 become 92; 96 stay. A vLLM without the pad hands 90, which the triton-kernels-sm90 rule rejects."""
+    v = sv.vllm_modules()
+    for groups, want in ((90, 92), (96, 96), (3, 4)):
+        assert sv.hopper_scale_groups(v, torch.zeros(1, 64, groups, dtype=torch.uint8)) == want
+
+
+def test_triton_conversion_of_gpt_oss_keeps_pairs() -> None:
+    """vLLM's TRITON conversion of a gpt-oss (row-interleaved) checkpoint hands triton_kernels the rows as they
+    are, the scale groups padded to whole tiles (``H`` 96: 3 groups -> 4, ``I`` 64: 2 -> 4, so 128 each, read as
+    zero-padded weights); a stacked one has the last dim of its scales split in half, which fails for H/32 odd
+    (the ledger's TRITON entries)."""
+    v = sv.vllm_modules()
+    g = torch.Generator().manual_seed(0)
+    e, i, h = 1, 64, 96
+    w = MoeWeights(
+        w13=torch.randint(0, 256, (e, 2 * i, h // 2), generator=g, dtype=torch.uint8),
+        w13_scale=torch.randint(118, 123, (e, 2 * i, h // 32), generator=g, dtype=torch.uint8),
+        w2=torch.randint(0, 256, (e, h, i // 2), generator=g, dtype=torch.uint8),
+        w2_scale=torch.randint(118, 123, (e, h, i // 32), generator=g, dtype=torch.uint8),
+        block=32,
+        fc1_layout=Fc1Layout.GATE_UP_INTERLEAVED,
+        w13_bias=torch.randn(e, 2 * i, generator=g),
+        w2_bias=torch.randn(e, h, generator=g),
+    )
+    out = sv.triton_kernel_format(v, w)
+    assert (out.intermediate_size, out.hidden_size) == (128, 128)
+    assert torch.equal(out.w13[:, : 2 * i, : h // 2], w.w13) and torch.equal(out.w2[:, :h, : i // 2], w.w2)
+    assert torch.equal(out.w13_scale[:, : 2 * i, : h // 32], w.w13_scale)
+    assert torch.equal(out.w13_bias[:, : 2 * i], w.w13_bias)
+    assert not out.w13[:, 2 * i :].any() and not out.w13_scale[:, :, h // 32 :].any()
+    with pytest.raises(RuntimeError, match="stack expects each tensor to be equal size"):  # 3 groups split in half
+        sv.triton_kernel_format(v, dataclasses.replace(w, fc1_layout=Fc1Layout.GATE_UP, w13_bias=None))
+
+
+def test_aiter_a16w4_sizes_without_activation_take_256() -> None:
+    """GptOssMxfp4MoEMethod asks without an activation: 256 for AITER_MXFP4_BF16 (SiLU would give 128)."""
+    assert sv.VllmMxfp4MoeAlignment().sizes(Mxfp4MoeBackend.AITER_A16W4, _mxfp4_weights(384, 2880)) == (512, 3072)
 
 
 def test_aiter_sizes_take_the_rocm_branch() -> None:
