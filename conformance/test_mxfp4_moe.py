@@ -19,7 +19,7 @@ import functools
 import pytest
 import torch
 
-from adapters import aiter_triton
+from adapters import aiter_triton, vllm_cutlass
 from adapters import flashinfer as fi
 from adapters import flashinfer_mxfp4 as fim
 from adapters import triton_kernels as tk
@@ -318,6 +318,24 @@ def check_aiter_a16w4_shuffle(config: Mxfp4MoeConfig, backend: Mxfp4MoeBackend, 
             assert torch.equal(out.flatten(), tensor.flatten()[where.flatten()]), (
                 f"{label}: bytes moved unlike positions"
             )
+
+
+@check(CONTRACT, Mxfp4MoeConfig, strategy=CONFIGS, pins=MXFP4_MOE_REGRESSIONS, backends=[Mxfp4MoeBackend.VLLM_CUTLASS])
+def check_vllm_cutlass_scale_swizzle(config: Mxfp4MoeConfig, backend: Mxfp4MoeBackend, policy: MoeAlignment) -> None:
+    """vLLM's own ``_swizzle_cutlass_mxfp4_scales`` (torch code; needs vLLM importable) accepts the padded
+    scales of both GEMMs, equals the reference 128x4 swizzle per expert and unswizzles back to them."""
+    aligned, _ = align_mxfp4(config, backend, policy)
+    for name in ("w13_scale", "w2_scale"):
+        s = getattr(aligned.weights, name)
+        try:
+            theirs = vllm_cutlass.swizzle_scales(s)
+        except LibraryUnavailable:
+            raise
+        except RuntimeError as exc:  # the reshape back to [N, K/32] after padding to whole tiles
+            raise AssertionError(f"vLLM's CUTLASS scale swizzle rejects {name} {tuple(s.shape)}: {exc}") from exc
+        assert torch.equal(theirs.flatten(), swizzle_128x4(s).flatten()), f"{name}: vLLM's swizzle != reference 128x4"
+        back = unswizzle_128x4(theirs, s.shape[1], s.shape[2])
+        assert torch.equal(back, s), f"{name}: the CUTLASS swizzle does not round-trip"
 
 
 @check(CONTRACT, Mxfp4MoeConfig, strategy=CONFIGS, pins=MXFP4_MOE_REGRESSIONS, backends=[Mxfp4MoeBackend.TRITON_SM90])
