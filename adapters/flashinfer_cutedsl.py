@@ -25,13 +25,19 @@ the swizzled storage), so the bytes the kernel reads are the swizzled ones.
 
 from __future__ import annotations
 
+import functools
+import importlib
 from collections.abc import Callable
 from dataclasses import dataclass
+from types import ModuleType
 
 import torch
 
+from adapters import flashinfer_moe_kernels as kernels
+from contracts.errors import LibraryUnavailable
 from contracts.moe import AlignedMoe
 from reference.layouts import grouped_gate_up_interleave, swizzle_128x4
+from reference.moe import Activation, ActivationKind, route
 
 FC1_GROUP = 64
 """Rows per up/gate group of gated FC1 (``cute_dsl_fused_moe(swap_ab=False)``; vLLM 0.33.0 ``group_size=64``)."""
@@ -98,3 +104,83 @@ def cutedsl_fp4_weights(
         w2=w.w2,
         w2_scale=swizzle(w.w2_scale),
     )
+
+
+CUTEDSL_ACTIVATIONS = {
+    ActivationKind.SWIGLU: "Swiglu",  # 3
+    ActivationKind.GEGLU: "GegluTanh",  # 8: tanh-approximate GeGLU (Gemma-4's gelu_pytorch_tanh)
+    ActivationKind.RELU2: "Relu2",  # 6: non-gated ReLU^2
+}
+"""``flashinfer.ActivationType`` member per activation for ``cute_dsl_fused_moe`` (its docstring's list)."""
+
+
+@functools.cache
+def _cute_dsl() -> tuple[ModuleType, ModuleType]:
+    """``flashinfer.fused_moe.cute_dsl`` and ``flashinfer.cute_dsl.utils``; both need ``nvidia-cutlass-dsl``."""
+    try:
+        return (
+            importlib.import_module("flashinfer.fused_moe.cute_dsl"),
+            importlib.import_module("flashinfer.cute_dsl.utils"),
+        )
+    except Exception as exc:
+        raise LibraryUnavailable(
+            f"FlashInfer's CuteDSL MoE is not importable ({type(exc).__name__}: {exc}); it needs nvidia-cutlass-dsl"
+        ) from exc
+
+
+def run_cutedsl_fp4_moe(
+    aligned: AlignedMoe,
+    x: torch.Tensor,
+    logits: torch.Tensor,
+    top_k: int,
+    activation: Activation,
+    scales: kernels.Nvfp4MoeScales,
+) -> torch.Tensor:
+    """``cute_dsl_fused_moe(quant_mode="w4a4", swap_ab=False)`` on ``aligned`` (contract FC1 ``[up; gate]``).
+
+    Called as vLLM 0.33.0's ``FlashInferCuteDSLExperts.apply`` calls it, with the weights as
+    ``prepare_nvfp4_moe_layer_for_flashinfer_cutedsl`` and ``nvfp4_swizzled_scale_to_cutedsl_mma_view`` leave
+    them: :func:`cutedsl_fp4_weights` (64-row up/gate groups, 128x4-swizzled scales), the scales re-viewed by
+    FlashInfer's ``convert_sf_to_mma_layout``. Activations are NVFP4 with linear scales ``[T, Hp/16, 1]``
+    (vLLM's ``x_sf``); ``w1_alpha``/``w2_alpha`` are the per-expert decode products (weight x input),
+    ``fc2_input_scale`` the intermediate's encode scale; routing on the host (:func:`reference.moe.route`).
+    NVFP4 "4over6" is off explicitly. Returns fp32 ``[T, Hp]``. Needs SM100/SM103 and nvidia-cutlass-dsl.
+    """
+    kernels.require_sm100("cute_dsl_fused_moe (w4a4)")
+    moe, utils = _cute_dsl()
+    act = kernels._activation_type(CUTEDSL_ACTIVATIONS, activation, "cute_dsl_fused_moe")
+    e, hp = aligned.weights.w13.shape[0], aligned.hidden_size
+    dev = torch.device("cuda")
+    prepared = cutedsl_fp4_weights(aligned, activation.gated)
+
+    def mma_view(swizzled: torch.Tensor) -> torch.Tensor:
+        s = swizzled.to(dev).contiguous().view(torch.float8_e4m3fn)
+        _, rows, cols = s.shape
+        return utils.convert_sf_to_mma_layout(s.reshape(e * rows, cols), m=rows, k=cols * 16, num_groups=e)
+
+    packed, sf = kernels.quantize_activations(x, hp, scales.activation)
+    weights, ids = route(logits, top_k)
+    out = torch.empty(x.shape[0], hp, dtype=torch.bfloat16, device=dev)
+    moe.cute_dsl_fused_moe(
+        x=packed.to(dev),
+        x_sf=sf.to(dev).view(torch.float8_e4m3fn).unsqueeze(-1),
+        token_selected_experts=ids.to(device=dev, dtype=torch.int32),
+        token_final_scales=weights.to(device=dev, dtype=torch.float32),
+        w1_weight=prepared.w13.to(dev),
+        w1_weight_sf=mma_view(prepared.w13_scale),
+        w1_alpha=(scales.w13 * scales.activation).float().to(dev),
+        fc2_input_scale=torch.full((e,), 1.0 / scales.intermediate, dtype=torch.float32, device=dev),
+        w2_weight=prepared.w2.to(dev),
+        w2_weight_sf=mma_view(prepared.w2_scale),
+        w2_alpha=(scales.w2 * scales.intermediate).float().to(dev),
+        num_experts=e,
+        top_k=top_k,
+        num_local_experts=e,
+        local_expert_offset=0,
+        moe_output=out,
+        activation_type=act,
+        quant_mode="w4a4",
+        nvfp4_4over6=None,
+        swap_ab=False,
+    )
+    return out.float()

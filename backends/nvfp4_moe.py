@@ -240,6 +240,11 @@ CUTEDSL_RECORD = Nvfp4MoeRecord(
     hidden_multiple=256,
     violations=cutedsl.cutedsl_nvfp4_violations,
     prepare=cutedsl.cutedsl_fp4_weights,
+    kernel_requires=("sm100", "flashinfer"),
+    kernel=cutedsl.run_cutedsl_fp4_moe,
+    kernel_activations=tuple(cutedsl.CUTEDSL_ACTIVATIONS),
+    tolerance=FLASHINFER_FP4_BOUND,
+    padding_reference=256,  # FlashInfer's pad_trtllm_moe_weights, H to the CuteDSL K tile; no valid sizes
 )
 """FlashInfer's CuteDSL NVFP4 MoE (vLLM 0.33.0 ``FLASHINFER_CUTEDSL``).
 
@@ -248,8 +253,11 @@ The contract's ``[up; gate]`` halves, padded per half, are what it starts from; 
 up/gate groups and 128x4-swizzles the scales. GEMM1's ``F·Ip % 128`` gives the same ``Ip`` multiples as
 trtllm-gen (64 gated, 128 non-gated), and its K tile the hidden 256. A padding that ends the fused block
 (the TensorRT-LLM #18520 loader: CuteDSL raised "rows of Interleaved block scales should be multiple of
-128", CUTLASS mispaired silently) is ``bad-end-padding``'s bug. No kernel runner: the kernels are CuTe DSL
-programs for SM100/SM103 (``sm100``) that the suite does not drive yet."""
+128", CUTLASS mispaired silently) is ``bad-end-padding``'s bug. Its kernel properties
+(:func:`adapters.flashinfer_cutedsl.run_cutedsl_fp4_moe`, ``sm100`` plus nvidia-cutlass-dsl) use the
+FlashInfer FP4 bound: the CuteDSL kernels re-quantize the intermediate with the same encode scale and
+accumulate in fp32 like the CUTLASS one, so the error argument carries over; it has not been measured on
+this backend (no SM100 GPU has run it)."""
 
 B12X_RECORD = Nvfp4MoeRecord(
     member=Nvfp4MoeBackend.B12X,

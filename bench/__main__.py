@@ -35,6 +35,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--jobs", type=int, default=1, help="subjects measured at once in worker processes (default 1)")
     parser.add_argument("--no-throughput", action="store_true", help="skip the pytest throughput pass")
     parser.add_argument("--no-grids", action="store_true", help="skip the fixed-grid comparison")
+    parser.add_argument(
+        "--no-suite", action="store_true", help="fixed grids only (join with a suite run by --from-json)"
+    )
     parser.add_argument("--out", type=Path, default=Path("results/bench"), help="output folder")
     parser.add_argument("--readme", type=Path, help="also rewrite this README's generated bench section")
     parser.add_argument(
@@ -56,6 +59,7 @@ def main(argv: list[str] | None = None) -> int:
             subjects=args.subject,
             with_throughput=not (args.quick or args.no_throughput),
             with_grids=not args.no_grids,
+            with_suite=not args.no_suite,
             jobs=args.jobs,
         )
     print(markdown(report))

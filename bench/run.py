@@ -69,7 +69,8 @@ def grid_catches(subject: Subject, contract: str, configs: list[Any]) -> tuple[s
     """The grid verdict (:data:`GRID_VERDICTS`) of ``subject`` on ``configs``, and how it was reached.
 
     Every property of ``contract`` (its check on the backends its test runs against,
-    :func:`bench.detection.properties`) runs on every configuration it takes. A failure is a catch
+    :func:`bench.detection.properties`) runs on every configuration it takes, the cheapest
+    property first, until one catches the subject. A failure is a catch
     only if the same check passes for the built-in subject on that configuration and backend: a
     check that cannot run there (a backend without a preparation step, say) fails for both and is
     no evidence against the subject. Checks that need absent hardware or libraries raise
@@ -79,23 +80,41 @@ def grid_catches(subject: Subject, contract: str, configs: list[Any]) -> tuple[s
 
     policy, correct = (guard_inputs(s.policy(contract)) for s in (subject, builtin()))
     pairs = list({(p.check, p.backend): None for p in properties(contract)})
-    error = None
-    for config in configs:
-        for fn, backend in ((f, b) for f, b in pairs if isinstance(config, f.__fp4_check__[1])):
-            where = f"{fn.__name__}[{getattr(backend, 'value', '-')}] on {config}"
+    runs = [(fn, b, [c for c in configs if isinstance(c, fn.__fp4_check__[1])]) for fn, b in pairs]
+    runs = [r for r in runs if r[2]]
+    errors: list[str] = []
+
+    def attempt(fn: Any, backend: Any, config: Any) -> str | None:
+        """How ``fn`` catches the subject on ``config`` (None: it does not)."""
+        where = f"{fn.__name__}[{getattr(backend, 'value', '-')}] on {config}"
+        try:
+            fn(config, backend, policy)
+        except LibraryUnavailable:
+            return None
+        except Exception as exc:  # noqa: BLE001 - any failure of a check is a catch ...
             try:
-                fn(config, backend, policy)
+                fn(config, backend, correct)
             except LibraryUnavailable:
-                continue
-            except Exception as exc:  # noqa: BLE001 - any failure of a check is a catch ...
-                try:
-                    fn(config, backend, correct)
-                except LibraryUnavailable:
-                    continue
-                except Exception as also:  # noqa: BLE001 - ... unless the built-in subject fails it too
-                    error = error or f"{where}: built-in subject fails too ({type(also).__name__})"
-                    continue
-                return "caught", f"{where}: {type(exc).__name__}"
+                return None
+            except Exception as also:  # noqa: BLE001 - ... unless the built-in subject fails it too
+                errors.append(f"{where}: built-in subject fails too ({type(also).__name__})")
+                return None
+            return f"{where}: {type(exc).__name__}"
+        return None
+
+    # each check on its first point, timed; then check by check, cheapest first (the verdict is the same)
+    cost = {}
+    for i, (fn, backend, points) in enumerate(runs):
+        began = time.perf_counter()
+        if how := attempt(fn, backend, points[0]):
+            return "caught", how
+        cost[i] = time.perf_counter() - began
+    for i in sorted(cost, key=cost.__getitem__):
+        fn, backend, points = runs[i]
+        for config in points[1:]:
+            if how := attempt(fn, backend, config):
+                return "caught", how
+    error = errors[0] if errors else None
     return ("suite error", error) if error else ("missed", None)
 
 
@@ -207,32 +226,38 @@ def markdown(report: dict[str, Any]) -> str:
     return "\n".join(out) + "\n"
 
 
+def _part(report: dict[str, Any]) -> dict[str, Any]:
+    if report["suite"]:
+        return {"date": report["date"], "subjects": [s["subject"] for s in report["suite"]]}
+    covered = {k for g in report["grids"] for k in g["catches"] if ":" not in k}
+    return {"date": report["date"], "subjects": [], "grids": len(covered)}
+
+
 def joined(reports: list[dict[str, Any]]) -> dict[str, Any]:
     """One report from runs of different subjects under the same seeds and budgets (a subject measured
-    again replaces its earlier row); the date, machine and versions are the last run's, the wall time
-    the sum, and ``parts`` keeps each run's date and subjects."""
-    first, last = reports[0], reports[-1]
+    again replaces its earlier row), and from fixed-grid-only runs (``--no-suite``: grid verdicts do
+    not depend on seeds); the machine and versions are the last suite run's, the date the latest, the
+    wall time the sum, and ``parts`` keeps each run's date and subjects."""
+    suites = [r for r in reports if r["suite"]] or reports
+    first, last = suites[0], suites[-1]
     conditions = ("seeds", "budget", "rate_seeds", "quick")
-    if any(r[k] != first[k] for r in reports for k in conditions):
+    if any(r[k] != first[k] for r in suites for k in conditions):
         raise SystemExit(f"bench: reports measured under different {'/'.join(conditions)} cannot be joined")
     if len(reports) == 1:
-        return first
+        return reports[0]
     rows: dict[str, dict[str, Any]] = {}
     grids: dict[str, dict[str, Any]] = {}
     for r in reports:
         rows.update((row["subject"], row) for row in r["suite"])
         for g in r["grids"]:
             grids.setdefault(g["name"], {**g, "catches": {}})["catches"].update(g["catches"])
-    parts = [
-        p
-        for r in reports
-        for p in r.get("parts", [{"date": r["date"], "subjects": [s["subject"] for s in r["suite"]]}])
-    ]
+    parts = [p for r in reports for p in r.get("parts", [_part(r)])]
     return {
         **last,
         "suite": list(rows.values()),
         "grids": list(grids.values()),
         "throughput": next((r["throughput"] for r in reversed(reports) if r["throughput"]), []),
+        "date": max(r["date"] for r in reports),
         "wall_seconds": sum(r["wall_seconds"] for r in reports),
         "parts": parts,
     }
@@ -253,9 +278,11 @@ def _parts(report: dict[str, Any]) -> list[str]:
     parts = report.get("parts", [])
     if len(parts) < 2:
         return []
-    return ["Joined from runs with the same options: " + "; ".join(
-        f"{p['date']}: {', '.join(f'`{s}`' for s in p['subjects'])}" for p in parts
-    ) + ".", ""]  # fmt: skip
+
+    def what(p: dict[str, Any]) -> str:
+        return ", ".join(f"`{s}`" for s in p["subjects"]) or f"fixed grids only, {p.get('grids', 0)} subjects"
+
+    return ["Joined from runs with the same options: " + "; ".join(f"{p['date']}: {what(p)}" for p in parts) + ".", ""]
 
 
 def readme_section(report: dict[str, Any]) -> str:
@@ -313,10 +340,13 @@ _JOB: dict[str, Any] = {}
 """What :func:`_measure` works on, set by :func:`run` before worker processes fork."""
 
 
-def _measure(index: int) -> tuple[dict[str, Any], dict[str, tuple[str, str | None]]]:
-    """Subject ``index`` of the run: its detection row and its verdict per fixed grid (by name)."""
+def _measure(index: int) -> tuple[dict[str, Any] | None, dict[str, tuple[str, str | None]]]:
+    """Subject ``index`` of the run: its detection row (None without the suite measurement) and its
+    verdict per fixed grid (by name)."""
     subject, began = _JOB["subjects"][index], time.perf_counter()
-    row = detect(subject, _JOB["seeds"], _JOB["budget"], _JOB["rate_seeds"], _JOB["draws"]).row()
+    row = None
+    if _JOB["with_suite"]:
+        row = detect(subject, _JOB["seeds"], _JOB["budget"], _JOB["rate_seeds"], _JOB["draws"]).row()
     verdicts = {
         grid.name: grid_catches(subject, contract, configs)
         for grid, contract, configs in _JOB["grids"]
@@ -336,12 +366,14 @@ def run(
     subjects: list[str] | None = None,
     with_throughput: bool = True,
     with_grids: bool = True,
+    with_suite: bool = True,
     jobs: int = 1,
 ) -> dict[str, Any]:
     """Run all three measurements; write ``bench.md`` and ``bench.json`` into ``out``.
 
     ``jobs > 1`` measures that many subjects at once in forked worker processes (rows keep the
-    subjects' order; the figures do not depend on it).
+    subjects' order; the figures do not depend on it). ``with_suite=False`` runs the fixed grids only
+    (their verdicts do not depend on seeds or budgets; :func:`joined` adds them to a suite run).
     """
     from bench.grids_adapter import grid_configs
 
@@ -349,12 +381,13 @@ def run(
     chosen = chosen_subjects(subjects)
     grid_list = [(g, contract, configs) for g, contract, configs in grid_configs()] if with_grids else []
     _JOB.update(subjects=chosen, seeds=seeds, budget=budget, rate_seeds=rate_seeds, draws=Draws(), grids=grid_list)
+    _JOB.update(with_suite=with_suite)
     if jobs > 1:
         with ProcessPoolExecutor(jobs, mp_context=multiprocessing.get_context("fork")) as pool:
             measured = list(pool.map(_measure, range(len(chosen))))
     else:
         measured = [_measure(i) for i in range(len(chosen))]
-    suite = [row for row, _ in measured]
+    suite = [row for row, _ in measured if row is not None]
     grids = []
     for grid, _, configs in grid_list:
         catches = {}

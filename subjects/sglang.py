@@ -167,6 +167,8 @@ REQUIRED_SYMBOLS = {
         "prepare_moe_mxfp4_layer_for_marlin",
     ),
     "sglang.srt.models.gpt_oss": ("GptOssForCausalLM",),
+    "sglang.srt.layers.quantization.quark.quark": ("QuarkConfig",),
+    "sglang.srt.layers.quantization.quark.schemes.quark_w4a4_mxfp4_moe": ("QuarkW4A4MXFp4MoE", "_use_aiter"),
     "sglang.srt.layers.quantization.quark.schemes.quark_w4a4_mxfp4": (
         "QuarkW4A4MXFP4",
         "_asm_fp4_scale_swizzle_supported",
@@ -229,6 +231,8 @@ def sglang_modules() -> types.SimpleNamespace:
         mxfp4=modules["sglang.srt.layers.quantization.mxfp4"],
         marlin_fp4=modules["sglang.srt.layers.quantization.marlin_utils_fp4"],
         gpt_oss=modules["sglang.srt.models.gpt_oss"],
+        quark=modules["sglang.srt.layers.quantization.quark.quark"],
+        quark_moe=modules["sglang.srt.layers.quantization.quark.schemes.quark_w4a4_mxfp4_moe"],
     )
 
 
@@ -586,7 +590,8 @@ class SglangMxfp4Backend:
     on this branch, ``(module, name)`` in :func:`sglang_modules`' namespace, each replaced by a pass-through
     of its first argument (its input is what the adapter reports; the properties run the libraries'
     transforms themselves); ``fc1_layout``: the FC1 row order SGLang's post-load processing leaves in the
-    buffer it hands those calls (read from the branch's source).
+    buffer it hands those calls (read from the branch's source); ``stacked_via_quark``: stacked ``[gate; up]``
+    checkpoints on this backend are Quark OCP-MX ones, served by ``QuarkW4A4MXFp4MoE`` (:func:`quark_layer`).
     """
 
     runner: str
@@ -594,6 +599,7 @@ class SglangMxfp4Backend:
     switches: dict[str, bool]
     device_calls: tuple[tuple[str, str], ...]
     fc1_layout: Fc1Layout
+    stacked_via_quark: bool = False
 
 
 MXFP4_BACKENDS: dict[Mxfp4MoeBackend, SglangMxfp4Backend] = {
@@ -622,6 +628,17 @@ MXFP4_BACKENDS: dict[Mxfp4MoeBackend, SglangMxfp4Backend] = {
     # shuffle_weight / shuffle_scale (a4w4, separated) or, with SGLANG_USE_AITER_MOE_GU_ITLV (default on),
     # shuffle_weight_a16w4 / shuffle_scale_a16w4 (A16W4/A8W4): the same [gate; up] input either way.
     Mxfp4MoeBackend.AITER: SglangMxfp4Backend(
+        "auto",
+        {"is_hip": True, "is_cuda": False, "is_sm100": False},
+        {"_use_aiter": True},
+        tuple(("mxfp4", n) for n in ("shuffle_weight", "shuffle_scale", "shuffle_weight_a16w4", "shuffle_scale_a16w4")),
+        Fc1Layout.GATE_UP,
+        stacked_via_quark=True,
+    ),
+    # the same branch under SGLang's default SGLANG_USE_AITER_MOE_GU_ITLV: gpt-oss's [gate; up] halves go to
+    # shuffle_weight_a16w4 / shuffle_scale_a16w4 (gate_up=True); stacked checkpoints (gate_up_interleaved=False)
+    # take the separated shuffle_weight / shuffle_scale, the same [gate; up] input
+    Mxfp4MoeBackend.AITER_A16W4: SglangMxfp4Backend(
         "auto",
         {"is_hip": True, "is_cuda": False, "is_sm100": False},
         {"_use_aiter": True},
@@ -738,9 +755,11 @@ def mxfp4_layer(
 
     Yields SGLang's modules and the layer, before post-load processing.
     """
+    if backend not in MXFP4_BACKENDS:
+        raise LibraryUnavailable(f"the SGLang subject does not map MXFP4 MoE backend {backend.value} (MXFP4_BACKENDS)")
     runner = MXFP4_BACKENDS[backend]
     e, h, i = checkpoint.w13.shape[0], checkpoint.hidden_size, checkpoint.intermediate_size
-    interleaved = checkpoint.fc1_layout.interleaved or checkpoint.w13_bias is not None
+    interleaved = gpt_oss_family(checkpoint)
     checkpoint = relayout_moe(checkpoint, Fc1Layout.GATE_UP_INTERLEAVED if interleaved else Fc1Layout.GATE_UP)
     with sglang_layer_context(runner.runner, runner.platform, tp, rank) as m, contextlib.ExitStack() as stack:
         for name, value in runner.switches.items():
@@ -788,6 +807,75 @@ def load_mxfp4_rank(backend: Mxfp4MoeBackend, checkpoint: MoeWeights, tp: int, r
         return loaded, loaded.intermediate_size
 
 
+QUARK_OCP_MX_CONFIG: dict[str, Any] = {
+    "quant_method": "quark",
+    "global_quant_config": {
+        "weight": {"dtype": "fp4", "qscheme": "per_group", "group_size": 32, "is_dynamic": False, "scale_format": "e8m0"},
+        "input_tensors": {
+            "dtype": "fp4", "qscheme": "per_group", "group_size": 32, "is_dynamic": True, "scale_format": "e8m0",
+        },
+        "output_tensors": None,
+        "bias": None,
+    },
+    "layer_quant_config": {},
+    "layer_type_quant_config": {},
+    "packed_modules_mapping": {},
+    "exclude": [],
+    "export": {"kv_cache_group": [], "pack_method": "reorder"},
+}  # fmt: skip
+"""The ``quantization_config`` of a Quark OCP-MX W4A4 MXFP4 checkpoint (weights and activations fp4, 32-element
+groups, E8M0 scales), which ``QuarkConfig.from_config`` reads."""
+
+
+@contextlib.contextmanager
+def quark_layer(
+    checkpoint: MoeWeights, tp: int = 1, rank: int = 0
+) -> Iterator[tuple[types.SimpleNamespace, torch.nn.Module]]:
+    """Rank ``rank`` of ``tp`` of a Quark OCP-MX MXFP4 MoE layer on AITER after SGLang's loader has read the
+    whole stacked ``[gate; up]`` ``checkpoint``, before post-load processing.
+
+    A real ``FusedMoE`` with ``QuarkConfig.from_config(QUARK_OCP_MX_CONFIG)`` under :data:`MXFP4_BACKENDS`'
+    AITER selection (``QuarkW4A4MXFp4MoE``'s module switches ``_use_aiter`` and ``_is_shuffle_moe_mxfp4`` set,
+    as ``SGLANG_USE_AITER`` on a gfx950): its ``create_weights`` sizes the buffers with
+    ``get_moe_weight_sizes(is_aiter_moe=True)`` (``I/tp`` rounded to 256, the hidden size unpadded) and wraps
+    the loader in ``_rank_chunk_padding_loader``, which zero-pads each rank's ``I/tp`` chunk to the buffer;
+    :func:`load_stacked_experts` feeds it per expert.
+    """
+    if checkpoint.w13_bias is not None:
+        raise UnsupportedConfig("QuarkW4A4MXFp4MoE has no expert biases")
+    runner = MXFP4_BACKENDS[Mxfp4MoeBackend.AITER]
+    e, h, i = checkpoint.w13.shape[0], checkpoint.hidden_size, checkpoint.intermediate_size
+    checkpoint = relayout_moe(checkpoint, Fc1Layout.GATE_UP)
+    with sglang_layer_context(runner.runner, runner.platform, tp, rank) as m, contextlib.ExitStack() as stack:
+        for name in QUARK_SWITCHES:
+            stack.enter_context(mock.patch.object(m.quark_moe, name, True))
+        config = m.quark.QuarkConfig.from_config(QUARK_OCP_MX_CONFIG)
+        layer = m.FusedMoE(
+            num_experts=e, hidden_size=h, intermediate_size=i, layer_id=0, top_k=1, quant_config=config,
+            prefix=GPT_OSS_PREFIX, activation="silu",
+        )  # fmt: skip
+        if not isinstance(getattr(layer, "scheme", None), m.quark_moe.QuarkW4A4MXFp4MoE):
+            raise SglangSourceMismatch(f"QuarkConfig gave FusedMoE a {type(layer.scheme).__name__} scheme")
+        load_stacked_experts(layer, checkpoint)
+        yield m, layer
+
+
+QUARK_SWITCHES = ("_use_aiter", "_is_shuffle_moe_mxfp4")
+"""Module switches of ``quark_w4a4_mxfp4_moe.py`` read from the platform at import (ROCm with
+``SGLANG_USE_AITER``; gfx950's MXFP4 weight preshuffle), set for an MI350x."""
+
+QUARK_DEVICE_CALLS = (("quark_moe", "e8m0_shuffle"), ("quark_moe", "shuffle_weight"))
+"""AITER's layout calls in ``QuarkW4A4MXFp4MoE.process_weights_after_loading`` on gfx950 (``e8m0_shuffle`` of the
+scales viewed ``[E·N, K/32]``, ``shuffle_weight(w, (16, 16))``), passed through by :func:`process_mxfp4_layer`."""
+
+
+def load_quark_mxfp4_rank(checkpoint: MoeWeights, tp: int, rank: int) -> tuple[MoeWeights, int]:
+    """:func:`quark_layer`'s buffers (FC1 ``[gate; up]`` halves) and the per-rank intermediate size of the buffer."""
+    with quark_layer(checkpoint, tp, rank) as (_, layer):
+        loaded = _layer_weights(layer, Fc1Layout.GATE_UP, False)
+        return loaded, loaded.intermediate_size
+
+
 def _pass_through(x: Any, *_: object, **__: object) -> Any:
     """Stand-in for a GPU-only layout transform: returns its input unchanged."""
     return x
@@ -799,52 +887,66 @@ def _identity_permutation(x: torch.Tensor, *_: object, **__: object) -> torch.Te
 
 
 def process_mxfp4_layer(
-    m: types.SimpleNamespace, backend: Mxfp4MoeBackend, layer: torch.nn.Module, biased: bool
+    m: types.SimpleNamespace,
+    layer: torch.nn.Module,
+    device_calls: tuple[tuple[str, str], ...],
+    fc1_layout: Fc1Layout,
+    biased: bool,
 ) -> AlignedMoe:
-    """``Mxfp4MoEMethod.process_weights_after_loading`` on a loaded layer, the backend's
-    :attr:`SglangMxfp4Backend.device_calls` passed through (and ``Tensor.cuda`` kept on the CPU): the
-    buffers SGLang hands those calls, in its FC1 order (:attr:`SglangMxfp4Backend.fc1_layout`)."""
-    runner = MXFP4_BACKENDS[backend]
-    method = layer.quant_method
-    if not hasattr(method, "moe_runner_config"):
-        method.moe_runner_config = layer.moe_runner_config
+    """The layer's ``quant_method.process_weights_after_loading``, ``device_calls`` (``(module, name)`` in
+    :func:`sglang_modules`' namespace) passed through and ``Tensor.cuda`` kept on the CPU: the buffers SGLang
+    hands those calls, read in ``fc1_layout`` (the order the branch's source leaves)."""
     with contextlib.ExitStack() as stack:
-        for module, name in runner.device_calls:
-            target = getattr(m, module)
+        for module, name in device_calls:
             stand_in = _identity_permutation if name.endswith("permute_indices") else _pass_through
-            stack.enter_context(mock.patch.object(target, name, stand_in, create=True))
+            stack.enter_context(mock.patch.object(getattr(m, module), name, stand_in, create=True))
         stack.enter_context(mock.patch.object(torch.Tensor, "cuda", _pass_through))
-        method.process_weights_after_loading(layer)
-    weights = _layer_weights(layer, runner.fc1_layout, biased)
+        layer.quant_method.process_weights_after_loading(layer)
+    weights = _layer_weights(layer, fc1_layout, biased)
     return AlignedMoe(weights, weights.intermediate_size, weights.hidden_size)
 
 
+def gpt_oss_family(weights: MoeWeights) -> bool:
+    """Whether SGLang loads ``weights`` as a gpt-oss checkpoint: FC1 rows interleaved, or expert biases (SGLang's
+    stacked MXFP4 models, Kimi-K3 and MiniMax-M3, have none, and its per-expert loader reads a 1-D
+    ``w2_weight_bias`` as a weight matrix)."""
+    return weights.fc1_layout.interleaved or weights.w13_bias is not None
+
+
 class SglangMxfp4MoeAlignment:
-    """SGLang's ``Mxfp4MoEMethod`` (``quantization/mxfp4.py``) per backend (:data:`MXFP4_BACKENDS`), for both
-    checkpoint families it serves: gpt-oss's interleaved pairs and Kimi-K3's / MiniMax-M3's stacked ``[gate; up]``.
+    """SGLang's MXFP4 MoE methods per backend (:data:`MXFP4_BACKENDS`), for both checkpoint families.
+
+    * gpt-oss's interleaved pairs (and any checkpoint with expert biases, :func:`gpt_oss_family`), and stacked
+      ``[gate; up]`` checkpoints on FlashInfer TRT-LLM, FlashInfer SM90 and Marlin (Kimi-K3, MiniMax-M3):
+      ``Mxfp4MoEMethod`` (``quantization/mxfp4.py``, :func:`mxfp4_layer`);
+    * stacked ``[gate; up]`` checkpoints on AITER: Quark OCP-MX's ``QuarkW4A4MXFp4MoE``
+      (``quark/schemes/quark_w4a4_mxfp4_moe.py``, :func:`quark_layer`), with its own rounding (``I`` to 256,
+      ``H`` unpadded).
 
     ``align_moe`` builds a real ``FusedMoE`` at TP 1 sized for the rank's checkpoint, loads it with SGLang's
-    loader for the checkpoint's family (:func:`mxfp4_layer`: SGLang's placement into the padded buffer) and
-    runs ``process_weights_after_loading`` with the branch's GPU-only layout calls
-    passed through (:func:`process_mxfp4_layer`): sizes, zero placement, pad values and FC1 row order are
-    SGLang's. How SGLang splits a checkpoint over TP ranks is :func:`load_mxfp4_rank`'s, checked against
-    ``reference.sizes.whole_block_split`` by ``tests/test_sglang_subject.py``.
+    loader for the family (SGLang's placement into the padded buffer) and runs the method's
+    ``process_weights_after_loading`` with its GPU-only layout calls passed through
+    (:func:`process_mxfp4_layer`): sizes, placement, pad values and FC1 row order are SGLang's. How SGLang
+    splits a checkpoint over TP ranks is :func:`load_mxfp4_rank`'s and :func:`load_quark_mxfp4_rank`'s,
+    checked against ``reference.sizes`` by ``tests/test_sglang_subject.py``.
 
-    Two other SGLang methods take stacked MXFP4 experts with their own rounding and are not adapted here:
-    Quark OCP-MX's ``QuarkW4A4MXFp4MoE`` (AITER, ``get_moe_weight_sizes``: I to 256, H unpadded) and
-    DeepSeek-V4's FP4 experts under ``Fp8Config`` (``Mxfp4FlashinferTrtllmMoEMethod``,
+    Not adapted: DeepSeek-V4's FP4 experts under ``Fp8Config`` (``Mxfp4FlashinferTrtllmMoEMethod``,
     ``Mxfp4FlashinferCutlassMoEMethod``, ``Mxfp4MarlinMoEMethod``: unpadded buffers, padded after loading).
     """
 
     def align_moe(self, backend: Mxfp4MoeBackend, weights: MoeWeights, gated: bool) -> AlignedMoe:
+        if not gated:
+            raise UnsupportedConfig("SGLang's MXFP4 MoE methods run gated experts only")
         if backend not in MXFP4_BACKENDS:
             raise LibraryUnavailable(
                 f"the SGLang subject does not map MXFP4 MoE backend {backend.value} (MXFP4_BACKENDS)"
             )
-        if not gated:
-            raise UnsupportedConfig("SGLang's Mxfp4MoEMethod runs gated experts only")
+        runner = MXFP4_BACKENDS[backend]
+        if runner.stacked_via_quark and not gpt_oss_family(weights):
+            with quark_layer(weights) as (m, layer):
+                return process_mxfp4_layer(m, layer, QUARK_DEVICE_CALLS, Fc1Layout.GATE_UP, False)
         with mxfp4_layer(backend, weights) as (m, layer):
-            return process_mxfp4_layer(m, backend, layer, weights.w13_bias is not None)
+            return process_mxfp4_layer(m, layer, runner.device_calls, runner.fc1_layout, weights.w13_bias is not None)
 
 
 # --- known upstream bugs -----------------------------------------------------------------------------
@@ -895,6 +997,11 @@ def _hidden_256_over_128(config: Any) -> bool:
 def _stacked_hidden_padded(config: Any) -> bool:
     """A stacked ``[gate; up]`` MXFP4 checkpoint without biases (with biases the adapter loads it as gpt-oss's,
     :func:`mxfp4_layer`) whose hidden size every SGLang MXFP4 backend pads (to 256)."""
+    return config.form is CheckpointForm.STACKED and not config.bias and config.shape.hidden % 256 != 0
+
+
+def _quark_hidden_not_256(config: Any) -> bool:
+    """A stacked checkpoint without biases (Quark OCP-MX on AITER) whose hidden size is not a multiple of 256."""
     return config.form is CheckpointForm.STACKED and not config.bias and config.shape.hidden % 256 != 0
 
 
@@ -997,17 +1104,41 @@ SGLANG_KNOWN_FAILURES: tuple[KnownFailure, ...] = (
         backend=Mxfp4MoeBackend.MARLIN.value,
         check="check_minimal_and_idempotent",
     ),
-    KnownFailure(
-        MXFP4_MOE,
-        "stacked [gate; up] MXFP4 experts (Kimi-K3, MiniMax-M3: Mxfp4MoEMethod with gate_up_interleaved=False, "
-        "per-expert w1/w3 loading): every MXFP4 backend allocates the hidden size rounded to 256 "
-        "(FusedMoE.__init__ for flashinfer_mxfp4, create_weights for AITER and Marlin), but FusedMoE._load_w13 / "
-        "_load_w2 copy the expert's full checkpoint width into that row, so H % 256 != 0 fails at load; no SGLang "
-        "model with stacked MXFP4 experts has such H (K3 7168, MiniMax-M3 3072); found by this suite, not reported upstream",
-        f"{SGLANG_SOURCE}/layers/moe/fused_moe_triton/layer.py",
-        applies=_stacked_hidden_padded,
-        raises=RuntimeError,
-        match=r"The size of tensor a \(\d+\) must match the size of tensor b \(\d+\)",
+    *(
+        KnownFailure(
+            MXFP4_MOE,
+            "stacked [gate; up] MXFP4 experts (Kimi-K3, MiniMax-M3: Mxfp4MoEMethod with gate_up_interleaved=False, "
+            "per-expert w1/w3 loading) on FlashInfer TRT-LLM, FlashInfer SM90 and Marlin: the buffer's hidden size is "
+            "rounded to 256 (FusedMoE.__init__ for flashinfer_mxfp4, create_weights for Marlin), but FusedMoE._load_w13 / "
+            "_load_w2 copy the expert's full checkpoint width into that row, so H % 256 != 0 fails at load; no SGLang "
+            "model with stacked MXFP4 experts has such H (K3 7168, MiniMax-M3 3072); found by this suite, not reported upstream",
+            f"{SGLANG_SOURCE}/layers/moe/fused_moe_triton/layer.py",
+            applies=_stacked_hidden_padded,
+            raises=RuntimeError,
+            match=r"The size of tensor a \(\d+\) must match the size of tensor b \(\d+\)",
+            backend=backend.value,
+        )
+        for backend, selection in MXFP4_BACKENDS.items()
+        if not selection.stacked_via_quark
+    ),
+    *(
+        KnownFailure(
+            MXFP4_MOE,
+            "aiter: QuarkW4A4MXFp4MoE.create_weights (get_moe_weight_sizes(is_aiter_moe=True)) pads I to 256 but "
+            "leaves H unpadded, so H % 256 != 0 reaches AITER's per_1x32 MoE: process_weights_after_loading's "
+            "e8m0_shuffle pads the [E·N, H/32] scales to 8 columns and .view(E, N, -1) no longer gives H/32, and the "
+            "gfx950 stage-1 kernels are built for tile_k = 256 (vLLM PR #55104); found by this suite, not reported "
+            "upstream",
+            f"{SGLANG_SOURCE}/layers/quantization/quark/schemes/quark_w4a4_mxfp4_moe.py",
+            applies=_quark_hidden_not_256,
+            raises=AssertionError,
+            match=r"aiter-ck rejects|e8m0_shuffle pads",
+            backend=backend.value,
+            check=check,
+        )
+        for backend, selection in MXFP4_BACKENDS.items()
+        if selection.stacked_via_quark
+        for check in ("check_backend_accepts", "check_aiter_shuffle_round_trip")
     ),
     KnownFailure(
         MXFP4_MOE,

@@ -134,9 +134,14 @@ def test_reports_of_the_same_options_join_and_a_later_row_replaces_an_earlier_on
             "grids": [{"name": "g", "catches": {s: "missed" for s in subjects}}],
         }  # fmt: skip
 
-    both = joined([report("d1", ["bad-a", "bad-b"]), report("d2", ["bad-b", "bad-c"])])
+    grids_only = report("d3", ["bad-d"], seeds=1) | {"suite": []}  # --no-suite: any seeds
+    both = joined([report("d1", ["bad-a", "bad-b"]), report("d2", ["bad-b", "bad-c"]), grids_only])
     assert [(r["subject"], r["v"]) for r in both["suite"]] == [("bad-a", "d1"), ("bad-b", "d2"), ("bad-c", "d2")]
-    assert set(both["grids"][0]["catches"]) == {"bad-a", "bad-b", "bad-c"}
-    assert both["date"] == "d2" and both["wall_seconds"] == 20 and len(both["parts"]) == 2
+    assert set(both["grids"][0]["catches"]) == {"bad-a", "bad-b", "bad-c", "bad-d"}
+    assert (
+        both["date"] == "d3"
+        and both["wall_seconds"] == 30
+        and both["parts"][2] == {"date": "d3", "subjects": [], "grids": 1}
+    )
     with pytest.raises(SystemExit, match="cannot be joined"):
         joined([report("d1", ["bad-a"]), report("d2", ["bad-c"], seeds=5)])

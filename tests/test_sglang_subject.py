@@ -344,3 +344,27 @@ def test_loader_split_is_the_modelled_split(model: str, tp: int, backend: Nvfp4M
             assert torch.equal(dst, want), f"rank {rank} {name}"
         covered += real
     assert covered == size
+
+
+@pytest.mark.parametrize("tp", [1, 2, 4, 8])
+def test_quark_mxfp4_loader_split(tp: int) -> None:
+    """SGLang's Quark OCP-MX MoE on AITER (``QuarkW4A4MXFp4MoE``): every rank's buffer is ``ru(I/tp, 256)``
+    channels per half, the hidden size unpadded; rank ``r`` holds channels ``[r·I/tp, (r+1)·I/tp)`` at the head
+    of each half, the rest zero codes and zero scales (``_rank_chunk_padding_loader``)."""
+    i, h = STACKED_I, 256
+    ckpt = _mxfp4_weights(i, h, Fc1Layout.GATE_UP, seed=tp)
+    real = i // tp
+    for rank in range(tp):
+        loaded, ip = ss.load_quark_mxfp4_rank(ckpt, tp, rank)
+        assert ip == round_up(real, 256) and loaded.hidden_size == h, (ip, loaded.hidden_size)
+        start = rank * real
+        for name in ("w13", "w13_scale"):
+            src, dst = getattr(ckpt, name), getattr(loaded, name)
+            for half in range(2):
+                want = src[:, half * i + start : half * i + start + real]
+                assert torch.equal(dst[:, half * ip : half * ip + real], want), f"rank {rank} {name} {half}"
+                assert not dst[:, half * ip + real : (half + 1) * ip].any(), f"rank {rank} {name} {half} pad"
+        for name, per in (("w2", 2), ("w2_scale", 32)):
+            src, dst = getattr(ckpt, name), getattr(loaded, name)
+            assert torch.equal(dst[..., : real // per], src[..., start // per : (start + real) // per]), name
+            assert not dst[..., real // per :].any(), f"rank {rank} {name} pad"

@@ -137,3 +137,27 @@ def test_first_round_is_a_quarter_of_each_share(tests: int, n: int, max_chunk: i
 def test_deal_spreads_the_head_over_the_workers() -> None:
     assert scheduling.deal(list(range(8)), 3) == [[0, 3, 6], [1, 4, 7], [2, 5]]
     assert scheduling.deal([0], 2) == [[0], []]
+
+
+class _Item:
+    """A stand-in for a pytest item: a name and its ``long`` marker, if any."""
+
+    def __init__(self, name: str, long: pytest.MarkDecorator | None = None) -> None:
+        self.name, self.marker = name, long.mark if long else None
+
+    def get_closest_marker(self, name: str) -> pytest.Mark | None:
+        return self.marker if name == "long" else None
+
+
+def test_long_tests_lead_longest_first_and_the_rest_keep_their_order() -> None:
+    long = pytest.mark.long
+    items = [
+        _Item("a"),
+        _Item("b", long(5)),
+        _Item("c"),
+        _Item("d", long),
+        _Item("e", long(seconds=20)),
+        _Item("f", long(5)),
+    ]
+    assert [i.name for i in scheduling.long_first(items)] == ["e", "b", "f", "d", "a", "c"]
+    assert [scheduling.expected_seconds(i) for i in items] == [None, 5.0, None, 0.0, 20.0, 5.0]
