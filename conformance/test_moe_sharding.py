@@ -155,12 +155,14 @@ def check_ranks_sum_to_layer(config: ShardingConfig, backend: None, policy: MoeS
         return
     want, mag = partial_output(case.weights, case, config)
     got = torch.zeros_like(want)
+    halves = 2 if config.gated else 1
     for r, s in enumerate(shards):
-        buffer, g = s.weights.intermediate_size, config.block
+        buffer, g = s.weights.w13.shape[-2] // halves, config.block
         assert buffer % g == 0, (
             f"rank {r}'s buffer of {buffer} channels is not a whole number of {g}-element groups: its FC2 scales "
             f"cover {buffer // g * g} of them, so its channels and scales cannot line up (docs/vllm-logic.md §15)"
         )
+        assert_shapes(AlignedMoe(s.weights, buffer, config.hidden), config.experts, halves)
         part, _ = partial_output(s.weights, case, config)
         assert s.real > 0 or not part.any(), f"empty rank {r} contributes {part.abs().max().item():.4g}"
         got += part

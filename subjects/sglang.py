@@ -17,7 +17,7 @@ adapter's docstring:
   rounding, the gpt-oss and the stacked per-expert loaders' placement, ``process_weights_after_loading``
   with its GPU-only layout calls passed through);
 * ``moe_sharding``: :class:`subjects.sglang_sharding.SglangMoeSharding` (``FusedMoE.weight_loader`` of a
-  real ``FusedMoE`` per rank, :func:`load_nvfp4_rank`).
+  real ``FusedMoE`` per rank, :func:`load_nvfp4_rank` and :func:`load_mxfp4_rank`).
 
 How SGLang's loaders split a checkpoint over TP ranks is :func:`load_nvfp4_rank` (whole padded blocks
 under TRT-LLM, modelled by ``reference.sizes.padded_split``) and :func:`load_mxfp4_rank` (gpt-oss's whole
@@ -1155,6 +1155,41 @@ SGLANG_KNOWN_FAILURES: tuple[KnownFailure, ...] = (
 )
 
 
+SGLANG_SHARDING_FAILURES: tuple[KnownFailure, ...] = (
+    KnownFailure(
+        MOE_SHARDING,
+        "stacked [gate; up] MXFP4 experts: the mxfp4_moe ledger's load crash (every MXFP4 backend allocates the "
+        "hidden size rounded to 256, FusedMoE._load_w13 / _load_w2 copy the checkpoint's full width) hits every "
+        "rank's load when H % 256 != 0; found by this suite, not reported upstream",
+        f"{SGLANG_SOURCE}/layers/moe/fused_moe_triton/layer.py",
+        applies=lambda config: (
+            config.gated and config.block == 32 and not config.layout.interleaved and config.hidden % 256 != 0
+        ),
+        raises=RuntimeError,
+        match=r"The size of tensor a \(\d+\) must match the size of tensor b \(\d+\)",
+    ),
+    KnownFailure(
+        MOE_SHARDING,
+        "stacked [gate; up] MXFP4 experts (Kimi-K3, MiniMax-M3 form): FusedMoE._load_w13 / _load_w2 narrow each "
+        "projection evenly, I/tp channels per rank, into a buffer rounded to whole blocks, so where (I/tp) % 32 != 0 "
+        "a rank's channels straddle 32-groups and pair with the wrong scales: silently wrong output (the vLLM #49949 "
+        "split); no SGLang model with stacked MXFP4 experts has such I/tp; found by this suite, not reported upstream",
+        f"{SGLANG_SOURCE}/layers/moe/fused_moe_triton/layer.py",
+        applies=lambda config: (
+            config.gated
+            and config.block == 32
+            and not config.layout.interleaved
+            and config.hidden % 256 == 0
+            and config.intermediate % config.tp == 0
+            and (config.intermediate // config.tp) % 32 != 0
+        ),
+        raises=AssertionError,
+        match=r"which cut a \d+-element scale group|do not sum to the layer's|is not a whole number of \d+-element groups",
+    ),
+)
+"""Upstream bugs of SGLang 0.5.23 that the ``moe_sharding`` properties meet (:mod:`subjects.sglang_sharding`)."""
+
+
 register_subject(
     Subject(
         "sglang",
@@ -1165,7 +1200,7 @@ register_subject(
             MXFP4_MOE: SglangMxfp4MoeAlignment(),
             MOE_SHARDING: SglangMoeSharding(),
         },
-        known_failures=SGLANG_KNOWN_FAILURES,
+        known_failures=SGLANG_KNOWN_FAILURES + SGLANG_SHARDING_FAILURES,
         missing=sglang_missing,
     )
 )

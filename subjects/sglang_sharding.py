@@ -12,6 +12,13 @@ shard. The loaders are :mod:`subjects.sglang`'s, unchanged:
   ``flashinfer_cutlass`` the buffer is ``I/tp`` and every tensor is narrowed by its own size / tp,
   which cuts scale groups where ``(I/tp) % 16 != 0`` (``tests/test_sglang_subject.py`` pins it).
 
+* MXFP4 (32-groups, gated): :func:`subjects.sglang.load_mxfp4_rank` under :data:`MXFP4_BACKEND`
+  (``flashinfer_mxfp4`` on a B200): gpt-oss's fused row-interleaved checkpoint through
+  ``GptOssForCausalLM._load_mxfp4_experts_weights`` (whole 32-blocks per rank), a stacked ``[gate; up]``
+  one per expert and projection as Kimi-K3 and MiniMax-M3 load it. The buffer's hidden padding (the
+  ``mxfp4_moe`` contract's) is cut back to the checkpoint's hidden size. SGLang's ``Mxfp4MoEMethod`` has
+  no non-gated experts: such a checkpoint raises :class:`~contracts.errors.UnsupportedConfig`.
+
 SGLang asserts ``I % tp == 0`` in ``FusedMoE.__init__``; that assertion is reported as
 :class:`~contracts.moe_sharding.ShardRefused`. Which channels a rank holds is read back
 (:class:`subjects.moe_sharding.LoaderSharding`).
@@ -21,6 +28,7 @@ from __future__ import annotations
 
 from dataclasses import replace
 
+from backends.mxfp4_moe import Mxfp4MoeBackend
 from backends.nvfp4_moe import Nvfp4MoeBackend
 from contracts.errors import UnsupportedConfig
 from contracts.moe import MoeWeights
@@ -34,17 +42,49 @@ NVFP4_BACKEND = Nvfp4MoeBackend.FLASHINFER_TRTLLM
 whole-block split."""
 
 
-class SglangMoeSharding(LoaderSharding):
-    """SGLang 0.5.23's ``FusedMoE.weight_loader`` for every rank (module docstring), NVFP4 under ``backend``."""
+MXFP4_BACKEND = Mxfp4MoeBackend.FLASHINFER_TRTLLM
+"""The backend whose ``FusedMoE`` of ``Mxfp4MoEMethod`` loads MXFP4 shards for the ``sglang`` subject."""
 
-    def __init__(self, backend: Nvfp4MoeBackend = NVFP4_BACKEND) -> None:
-        self.backend = backend
+
+def hidden_cut(w: MoeWeights, hidden: int) -> MoeWeights:
+    """``w`` with its hidden dimension cut back to ``hidden`` (FC1 columns, FC2 rows, ``w2_bias``)."""
+    g = w.block
+    return replace(
+        w, w13=w.w13[..., : hidden // 2], w13_scale=w.w13_scale[..., : hidden // g], w2=w.w2[:, :hidden],
+        w2_scale=w.w2_scale[:, :hidden], w2_bias=None if w.w2_bias is None else w.w2_bias[:, :hidden],
+    )  # fmt: skip
+
+
+class SglangMoeSharding(LoaderSharding):
+    """SGLang 0.5.23's ``FusedMoE.weight_loader`` for every rank (module docstring): NVFP4 under ``backend``,
+    MXFP4 under ``mxfp4_backend``."""
+
+    def __init__(
+        self, backend: Nvfp4MoeBackend = NVFP4_BACKEND, mxfp4_backend: Mxfp4MoeBackend = MXFP4_BACKEND
+    ) -> None:
+        self.backend, self.mxfp4_backend = backend, mxfp4_backend
 
     def load_rank(self, ckpt: MoeWeights, gated: bool, tp: int, rank: int) -> MoeWeights:
+        if ckpt.block != NVFP4_BLOCK:
+            return self.load_mxfp4(ckpt, gated, tp, rank)
+        return self.load_nvfp4(ckpt, gated, tp, rank)
+
+    def load_mxfp4(self, ckpt: MoeWeights, gated: bool, tp: int, rank: int) -> MoeWeights:
+        from subjects.sglang import load_mxfp4_rank
+
+        if not gated:
+            raise UnsupportedConfig("SGLang's Mxfp4MoEMethod runs gated experts only")
+        try:
+            loaded, _ = load_mxfp4_rank(self.mxfp4_backend, ckpt, tp, rank)
+        except AssertionError as exc:
+            if ckpt.intermediate_size % tp:
+                raise ShardRefused(f"SGLang FusedMoE: intermediate size {ckpt.intermediate_size} at TP={tp}") from exc
+            raise
+        return hidden_cut(loaded, ckpt.hidden_size)
+
+    def load_nvfp4(self, ckpt: MoeWeights, gated: bool, tp: int, rank: int) -> MoeWeights:
         from subjects.sglang import load_nvfp4_rank
 
-        if ckpt.block != NVFP4_BLOCK:
-            raise UnsupportedConfig("the SGLang moe_sharding adapter loads NVFP4 (ModelOpt) checkpoints only")
         layout = ckpt.fc1_layout
         # load_nvfp4_checkpoint reads FC1 rows as [up; gate] (FlashInfer's order) and keeps that order
         rows = relayout_fc1(ckpt.w13, layout, Fc1Layout.UP_GATE) if gated else ckpt.w13

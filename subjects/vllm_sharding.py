@@ -10,8 +10,9 @@ narrows it by ``tp_rank``; the parameters after loading are the rank's shard. Th
 * MXFP4 with per-projection experts (Quark OCP-MX, 32-groups): ``QuarkOCP_MX_MoEMethod.create_weights``
   and the same ``RoutedExperts.weight_loader`` path.
 * MXFP4 gpt-oss (fused row-interleaved ``gate_up_proj``, 32-groups): ``GptOssMxfp4MoEMethod.create_weights``
-  with the buffer size of ``mxfp4_round_up_hidden_size_and_intermediate_size`` for the EMULATION
-  backend (the one a CPU runs; it rounds only to the 32-block), and ``GptOssModel._load_weights_mxfp4``,
+  with the intermediate buffer size ``mxfp4_round_up_hidden_size_and_intermediate_size`` gives
+  FLASHINFER_TRTLLM_MXFP4_BF16 (gpt-oss on a B200: ``ru(I/tp, 128)``, so every rank's buffer is padded;
+  the hidden rounding is the ``mxfp4_moe`` contract's and is not applied), and ``GptOssModel._load_weights_mxfp4``,
   which narrows each fused tensor by the rank's whole blocks and hands it to ``GptOssRoutedExperts.weight_loader``.
 
 Substituted: the layer objects are built without their constructors (which select a GPU kernel
@@ -187,8 +188,8 @@ def load_projections(v: types.SimpleNamespace, ckpt: MoeWeights, gated: bool, tp
 
 # --- gpt-oss: GptOssModel._load_weights_mxfp4 ----------------------------------------------------------
 
-GPT_OSS_BACKEND = "EMULATION"
-"""The ``Mxfp4MoeBackend`` whose rounding sizes the gpt-oss buffers: the CPU backend (32-block rounding)."""
+GPT_OSS_BACKEND = "FLASHINFER_TRTLLM_MXFP4_BF16"
+"""The ``Mxfp4MoeBackend`` whose intermediate rounding sizes the gpt-oss buffers (B200's, ``ru(I/tp, 128)``)."""
 
 
 @contextlib.contextmanager
