@@ -13,7 +13,7 @@ import enum
 
 import torch
 
-from adapters import flashinfer as fi
+from adapters.flashinfer_moe_kernels import flashinfer_padded
 from backends.nvfp4_moe import Nvfp4MoeBackend
 from contracts.moe import AlignedMoe, MoeAlignment, MoeWeights
 from contracts.mxfp4_linear import PreparedMxfp4Linear
@@ -69,22 +69,8 @@ class FlashInferPadHelper:
     so ``H`` is aligned to 128 here)."""
 
     def align_moe(self, backend: Nvfp4MoeBackend, weights: MoeWeights, gated: bool) -> AlignedMoe:
-        core = fi._import("flashinfer.fused_moe.core")
-        out = core.pad_trtllm_moe_weights(
-            weights.w13,
-            weights.w13_scale,
-            weights.w2,
-            weights.w2_scale,
-            weights.hidden_size,
-            weights.intermediate_size,
-            is_gated_act=gated,
-            hidden_alignment=128,
-            intermediate_alignment=128,
-        )
-        padded = MoeWeights(
-            out.gemm1_weights, out.gemm1_weights_scale, out.gemm2_weights, out.gemm2_weights_scale, weights.block
-        )
-        return AlignedMoe(padded, out.intermediate_size, out.hidden_size)
+        aligned, _, _ = flashinfer_padded(weights, gated, hidden_alignment=128)
+        return aligned
 
 
 class PadFill:
