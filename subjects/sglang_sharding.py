@@ -26,6 +26,8 @@ SGLang asserts ``I % tp == 0`` in ``FusedMoE.__init__``; that assertion is repor
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import replace
 
 from backends.mxfp4_moe import Mxfp4MoeBackend
@@ -55,6 +57,18 @@ def hidden_cut(w: MoeWeights, hidden: int) -> MoeWeights:
     )  # fmt: skip
 
 
+@contextmanager
+def uneven_split_refused(intermediate: int, tp: int) -> Iterator[None]:
+    """SGLang's ``FusedMoE.__init__`` assertion ``I % tp == 0``, raised inside, as :class:`ShardRefused`
+    (any other assertion propagates)."""
+    try:
+        yield
+    except AssertionError as exc:
+        if intermediate % tp:
+            raise ShardRefused(f"SGLang FusedMoE: intermediate size {intermediate} at TP={tp}") from exc
+        raise
+
+
 class SglangMoeSharding(LoaderSharding):
     """SGLang 0.5.23's ``FusedMoE.weight_loader`` for every rank (module docstring): NVFP4 under ``backend``,
     MXFP4 under ``mxfp4_backend``."""
@@ -74,12 +88,8 @@ class SglangMoeSharding(LoaderSharding):
 
         if not gated:
             raise UnsupportedConfig("SGLang's Mxfp4MoEMethod runs gated experts only")
-        try:
+        with uneven_split_refused(ckpt.intermediate_size, tp):
             loaded, _ = load_mxfp4_rank(self.mxfp4_backend, ckpt, tp, rank)
-        except AssertionError as exc:
-            if ckpt.intermediate_size % tp:
-                raise ShardRefused(f"SGLang FusedMoE: intermediate size {ckpt.intermediate_size} at TP={tp}") from exc
-            raise
         return hidden_cut(loaded, ckpt.hidden_size)
 
     def load_nvfp4(self, ckpt: MoeWeights, gated: bool, tp: int, rank: int) -> MoeWeights:
@@ -89,12 +99,8 @@ class SglangMoeSharding(LoaderSharding):
         # load_nvfp4_checkpoint reads FC1 rows as [up; gate] (FlashInfer's order) and keeps that order
         rows = relayout_fc1(ckpt.w13, layout, Fc1Layout.UP_GATE) if gated else ckpt.w13
         scales = relayout_fc1(ckpt.w13_scale, layout, Fc1Layout.UP_GATE) if gated else ckpt.w13_scale
-        try:
+        with uneven_split_refused(ckpt.intermediate_size, tp):
             loaded, _ = load_nvfp4_rank(self.backend, replace(ckpt, w13=rows, w13_scale=scales), gated, tp, rank)
-        except AssertionError as exc:
-            if ckpt.intermediate_size % tp:
-                raise ShardRefused(f"SGLang FusedMoE: intermediate size {ckpt.intermediate_size} at TP={tp}") from exc
-            raise
         if not gated:
             return replace(loaded, fc1_layout=layout)
         return replace(
