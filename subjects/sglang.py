@@ -250,26 +250,31 @@ def moe_backend(runner_backend: str, **platform: bool) -> Iterator[types.SimpleN
         yield m
 
 
-def parallel_layout(tp: int, rank: int) -> dict[str, int]:
-    """SGLang's parallel fields for rank ``rank`` of a plain tensor-parallel group of ``tp``: attention and
-    MoE both tensor-parallel over all ``tp`` ranks (no DP, CP or EP), as ``_validate_parallel`` requires."""
+def parallel_layout(tp: int, rank: int, ep: int = 1) -> dict[str, int]:
+    """SGLang's parallel fields for rank ``rank`` of ``tp·ep`` ranks whose MoE layers are ``tp``-way tensor- and
+    ``ep``-way expert-parallel (no DP or CP): attention tensor-parallel over all ranks, and SGLang's numbering
+    ``moe_ep_rank = rank // moe_tp_size``, ``moe_tp_rank = rank % moe_tp_size``, as ``_validate_parallel``
+    requires (``tp_size == moe_ep_size · moe_dp_size · moe_tp_size``)."""
+    world = tp * ep
     return dict(
-        tp_size=tp, tp_rank=rank, attn_tp_size=tp, attn_tp_rank=rank, attn_dp_size=1, attn_dp_rank=0,
-        attn_cp_size=1, attn_cp_rank=0, moe_tp_size=tp, moe_tp_rank=rank, moe_ep_size=1, moe_ep_rank=0,
-        moe_dp_size=1,
+        tp_size=world, tp_rank=rank, attn_tp_size=world, attn_tp_rank=rank, attn_dp_size=1, attn_dp_rank=0,
+        attn_cp_size=1, attn_cp_rank=0, moe_tp_size=tp, moe_tp_rank=rank % tp, moe_ep_size=ep,
+        moe_ep_rank=rank // tp, moe_dp_size=1,
     )  # fmt: skip
 
 
 @contextlib.contextmanager
-def sglang_layer_context(runner_backend: str, platform: dict[str, bool], tp: int = 1, rank: int = 0) -> Iterator[Any]:
+def sglang_layer_context(
+    runner_backend: str, platform: dict[str, bool], tp: int = 1, rank: int = 0, ep: int = 1
+) -> Iterator[Any]:
     """What a real ``FusedMoE(...)`` needs to be constructed: the backend and platform (:func:`moe_backend`),
     a published dummy ``ServerArgs`` (``get_context().override_server_args()``, SGLang's test hook) and the
-    MoE parallel layout ``moe_tp_size = tp``, ``moe_tp_rank = rank``, no EP."""
+    MoE parallel layout of rank ``rank`` of a ``tp`` x ``ep`` grid (:func:`parallel_layout`)."""
     with moe_backend(runner_backend, **platform) as m:
         context = m.ctx.get_context()
         with (
             context.override_server_args(),
-            m.ctx.get_parallel().override(**parallel_layout(tp, rank)),
+            m.ctx.get_parallel().override(**parallel_layout(tp, rank, ep)),
         ):
             yield m
 
@@ -338,15 +343,22 @@ def load_nvfp4_checkpoint(layer: torch.nn.Module, weights: MoeWeights, gated: bo
 
 @contextlib.contextmanager
 def nvfp4_fused_moe(
-    backend: Nvfp4MoeBackend, experts: int, hidden: int, intermediate: int, gated: bool, tp: int = 1, rank: int = 0
+    backend: Nvfp4MoeBackend,
+    experts: int,
+    hidden: int,
+    intermediate: int,
+    gated: bool,
+    tp: int = 1,
+    rank: int = 0,
+    ep: int = 1,
 ) -> Iterator[tuple[types.SimpleNamespace, torch.nn.Module]]:
-    """A real ``FusedMoE`` of rank ``rank`` of ``tp`` for a ModelOpt NVFP4 checkpoint (``ModelOptFp4Config``,
+    """A real ``FusedMoE`` of rank ``rank`` of a ``tp`` x ``ep`` grid (:func:`parallel_layout`) for a ModelOpt NVFP4 checkpoint (``ModelOptFp4Config``,
     group 16, per-token activation scales where :data:`NVFP4_BACKENDS` says) of global ``intermediate``
     size, under ``--moe-runner-backend`` :data:`NVFP4_BACKENDS` on a B200 (:func:`sglang_layer_context`): its
     constructor picks ``ModelOptNvFp4FusedMoEMethod``, whose ``create_weights`` rounds and allocates."""
     if backend not in NVFP4_BACKENDS:
         raise LibraryUnavailable(f"the SGLang subject does not map NVFP4 MoE backend {backend.value} (NVFP4_BACKENDS)")
-    with sglang_layer_context(NVFP4_BACKENDS[backend].runner, BLACKWELL, tp, rank) as m:
+    with sglang_layer_context(NVFP4_BACKENDS[backend].runner, BLACKWELL, tp, rank, ep) as m:
         config = m.modelopt.ModelOptFp4Config(
             is_checkpoint_nvfp4_serialized=True,
             group_size=16,
@@ -364,14 +376,16 @@ def nvfp4_fused_moe(
 
 
 def load_nvfp4_rank(
-    backend: Nvfp4MoeBackend, checkpoint: MoeWeights, gated: bool, tp: int, rank: int
+    backend: Nvfp4MoeBackend, checkpoint: MoeWeights, gated: bool, tp: int, rank: int, ep: int = 1
 ) -> tuple[MoeWeights, int]:
-    """Rank ``rank`` of ``tp``'s expert buffers after SGLang's loader has read the whole (unsharded)
-    ``checkpoint``: a real ``FusedMoE`` of that rank (:func:`nvfp4_fused_moe`) and
-    ``FusedMoE.weight_loader`` on every full checkpoint tensor, before any post-load processing.
+    """Rank ``rank`` of a ``tp`` x ``ep`` grid's expert buffers after SGLang's loader has read the whole
+    (unsharded) ``checkpoint``: a real ``FusedMoE`` of that rank (:func:`nvfp4_fused_moe`) and
+    ``FusedMoE.weight_loader`` on every full checkpoint tensor of every expert (it maps global expert ids to
+    the rank's own, ``_map_global_expert_id_to_local_expert_id``, and skips the others), before any post-load
+    processing.
     Returns the buffers (FC1 rows ``[up; gate]``, bytes) and the per-rank intermediate size."""
     e, h, i = checkpoint.w13.shape[0], checkpoint.hidden_size, checkpoint.intermediate_size
-    with nvfp4_fused_moe(backend, e, h, i, gated, tp, rank) as (_, layer):
+    with nvfp4_fused_moe(backend, e, h, i, gated, tp, rank, ep) as (_, layer):
         load_nvfp4_checkpoint(layer, checkpoint, gated)
         loaded = MoeWeights(
             w13=layer.w13_weight.detach().clone(), w13_scale=layer.w13_weight_scale.detach().view(torch.uint8).clone(),
@@ -734,9 +748,9 @@ def load_stacked_experts(layer: torch.nn.Module, weights: MoeWeights) -> None:
 
 @contextlib.contextmanager
 def mxfp4_layer(
-    backend: Mxfp4MoeBackend, checkpoint: MoeWeights, tp: int = 1, rank: int = 0
+    backend: Mxfp4MoeBackend, checkpoint: MoeWeights, tp: int = 1, rank: int = 0, ep: int = 1
 ) -> Iterator[tuple[types.SimpleNamespace, torch.nn.Module]]:
-    """Rank ``rank`` of ``tp`` of an MXFP4 MoE layer after SGLang's loader has read the whole ``checkpoint``.
+    """Rank ``rank`` of a ``tp`` x ``ep`` grid (:func:`parallel_layout`) of an MXFP4 MoE layer after SGLang's loader has read the whole ``checkpoint``.
 
     A real ``FusedMoE`` (``Mxfp4Config(is_checkpoint_mxfp4_serialized=True)``) built under ``backend``'s
     selection (:data:`MXFP4_BACKENDS`, :func:`sglang_layer_context`): its constructor rounds the hidden
@@ -761,7 +775,7 @@ def mxfp4_layer(
     e, h, i = checkpoint.w13.shape[0], checkpoint.hidden_size, checkpoint.intermediate_size
     interleaved = gpt_oss_family(checkpoint)
     checkpoint = relayout_moe(checkpoint, Fc1Layout.GATE_UP_INTERLEAVED if interleaved else Fc1Layout.GATE_UP)
-    with sglang_layer_context(runner.runner, runner.platform, tp, rank) as m, contextlib.ExitStack() as stack:
+    with sglang_layer_context(runner.runner, runner.platform, tp, rank, ep) as m, contextlib.ExitStack() as stack:
         for name, value in runner.switches.items():
             stack.enter_context(mock.patch.object(m.mxfp4, name, value))
         config = m.mxfp4.Mxfp4Config(is_checkpoint_mxfp4_serialized=True)
@@ -797,12 +811,14 @@ def _layer_weights(layer: torch.nn.Module, fc1_layout: Fc1Layout, biased: bool) 
     )  # fmt: skip
 
 
-def load_mxfp4_rank(backend: Mxfp4MoeBackend, checkpoint: MoeWeights, tp: int, rank: int) -> tuple[MoeWeights, int]:
-    """Rank ``rank`` of ``tp``'s expert buffers after SGLang's loader has read the whole (unsharded)
+def load_mxfp4_rank(
+    backend: Mxfp4MoeBackend, checkpoint: MoeWeights, tp: int, rank: int, ep: int = 1
+) -> tuple[MoeWeights, int]:
+    """Rank ``rank`` of a ``tp`` x ``ep`` grid's expert buffers after SGLang's loader has read the whole (unsharded)
     ``checkpoint`` (:func:`mxfp4_layer`), before any post-load processing: FC1 rows as loaded
     (interleaved pairs in the leading corner, padded scales E8M0 127), biases fp32. Returns them and the
     per-rank intermediate size of the buffer."""
-    with mxfp4_layer(backend, checkpoint, tp, rank) as (_, layer):
+    with mxfp4_layer(backend, checkpoint, tp, rank, ep) as (_, layer):
         loaded = _layer_weights(layer, checkpoint.fc1_layout, checkpoint.w13_bias is not None)
         return loaded, loaded.intermediate_size
 
@@ -829,9 +845,9 @@ groups, E8M0 scales), which ``QuarkConfig.from_config`` reads."""
 
 @contextlib.contextmanager
 def quark_layer(
-    checkpoint: MoeWeights, tp: int = 1, rank: int = 0
+    checkpoint: MoeWeights, tp: int = 1, rank: int = 0, ep: int = 1
 ) -> Iterator[tuple[types.SimpleNamespace, torch.nn.Module]]:
-    """Rank ``rank`` of ``tp`` of a Quark OCP-MX MXFP4 MoE layer on AITER after SGLang's loader has read the
+    """Rank ``rank`` of a ``tp`` x ``ep`` grid (:func:`parallel_layout`) of a Quark OCP-MX MXFP4 MoE layer on AITER after SGLang's loader has read the
     whole stacked ``[gate; up]`` ``checkpoint``, before post-load processing.
 
     A real ``FusedMoE`` with ``QuarkConfig.from_config(QUARK_OCP_MX_CONFIG)`` under :data:`MXFP4_BACKENDS`'
@@ -846,7 +862,7 @@ def quark_layer(
     runner = MXFP4_BACKENDS[Mxfp4MoeBackend.AITER]
     e, h, i = checkpoint.w13.shape[0], checkpoint.hidden_size, checkpoint.intermediate_size
     checkpoint = relayout_moe(checkpoint, Fc1Layout.GATE_UP)
-    with sglang_layer_context(runner.runner, runner.platform, tp, rank) as m, contextlib.ExitStack() as stack:
+    with sglang_layer_context(runner.runner, runner.platform, tp, rank, ep) as m, contextlib.ExitStack() as stack:
         for name in QUARK_SWITCHES:
             stack.enter_context(mock.patch.object(m.quark_moe, name, True))
         config = m.quark.QuarkConfig.from_config(QUARK_OCP_MX_CONFIG)
@@ -869,9 +885,9 @@ QUARK_DEVICE_CALLS = (("quark_moe", "e8m0_shuffle"), ("quark_moe", "shuffle_weig
 scales viewed ``[E·N, K/32]``, ``shuffle_weight(w, (16, 16))``), passed through by :func:`process_mxfp4_layer`."""
 
 
-def load_quark_mxfp4_rank(checkpoint: MoeWeights, tp: int, rank: int) -> tuple[MoeWeights, int]:
+def load_quark_mxfp4_rank(checkpoint: MoeWeights, tp: int, rank: int, ep: int = 1) -> tuple[MoeWeights, int]:
     """:func:`quark_layer`'s buffers (FC1 ``[gate; up]`` halves) and the per-rank intermediate size of the buffer."""
-    with quark_layer(checkpoint, tp, rank) as (_, layer):
+    with quark_layer(checkpoint, tp, rank, ep) as (_, layer):
         loaded = _layer_weights(layer, Fc1Layout.GATE_UP, False)
         return loaded, loaded.intermediate_size
 
