@@ -80,9 +80,17 @@ class SglangMoeSharding(LoaderSharding):
     ) -> MoeWeights:
         """Rank ``(ep_rank, tp_rank)``: SGLang's rank ``ep_rank·tp + tp_rank`` of ``tp·ep``
         (:func:`subjects.sglang.parallel_layout`)."""
+        from subjects.sglang import MXFP4_BACKENDS, NVFP4_BACKENDS
+
         rank = ep_rank * tp + tp_rank
+        nvfp4 = ckpt.block == NVFP4_BLOCK
+        if backend is not None and backend not in (NVFP4_BACKENDS if nvfp4 else MXFP4_BACKENDS):
+            raise UnsupportedConfig(
+                f"SGLang {'NVFP4' if nvfp4 else 'MXFP4'} MoE has no runner for backend {backend.value} "
+                f"(subjects.sglang.{'NVFP4' if nvfp4 else 'MXFP4'}_BACKENDS)"
+            )
         with refused_split(ckpt, tp, ep):
-            if ckpt.block != NVFP4_BLOCK:
+            if not nvfp4:
                 return self.load_mxfp4(ckpt, gated, tp, rank, ep, backend or MXFP4_BACKEND)
             return self.load_nvfp4(ckpt, gated, tp, rank, ep, backend or NVFP4_BACKEND)
 
@@ -95,6 +103,8 @@ class SglangMoeSharding(LoaderSharding):
 
         if not gated:
             raise UnsupportedConfig("SGLang's MXFP4 MoE methods run gated experts only")
+        if ckpt.w13_bias is not None and not ckpt.fc1_layout.interleaved:
+            raise UnsupportedConfig("SGLang loads MXFP4 expert biases from gpt-oss's fused row-interleaved form only")
         runner = MXFP4_BACKENDS.get(backend)
         if runner is not None and runner.stacked_via_quark and not gpt_oss_family(ckpt):
             loaded, _ = load_quark_mxfp4_rank(ckpt, tp, rank, ep)

@@ -43,7 +43,7 @@ import torch
 
 from backends.mxfp4_moe import Mxfp4MoeBackend
 from backends.nvfp4_moe import Nvfp4MoeBackend
-from contracts.errors import LibraryUnavailable, UnsupportedConfig
+from contracts.errors import UnsupportedConfig
 from contracts.moe import MoeWeights, cut_hidden
 from contracts.moe_sharding import ShardRefused
 from reference.formats import NVFP4_BLOCK
@@ -209,7 +209,7 @@ class RankGrid:
 # --- per-projection checkpoints: ModelOpt NVFP4, Quark OCP-MX MXFP4 ----------------------------------
 
 
-def _method(v: types.SimpleNamespace, block: int, has_bias: bool, grid: RankGrid):
+def _method(v: types.SimpleNamespace, block: int, grid: RankGrid):
     """The quant config and method of a per-projection checkpoint, built without the method's
     constructor (it selects a GPU kernel backend): the attributes ``maybe_roundup_sizes`` and
     ``create_weights`` read (Quark's ``mxfp4_backend``: ``grid``'s)."""
@@ -220,48 +220,46 @@ def _method(v: types.SimpleNamespace, block: int, has_bias: bool, grid: RankGrid
     else:
         quant_config = types.SimpleNamespace(get_name=lambda: "quark")
         method = object.__new__(v.quark_moe.QuarkOCP_MX_MoEMethod)
-        method.weight_dtype, method.has_bias, method.static_input_scales = "mxfp4", has_bias, False
+        method.weight_dtype, method.has_bias, method.static_input_scales = "mxfp4", False, False
         method.mxfp4_backend = grid.member(v)
     return quant_config, method
 
 
 def load_projections(v: types.SimpleNamespace, ckpt: MoeWeights, gated: bool, grid: RankGrid) -> MoeWeights:
     """Rank ``grid.rank``'s experts after ``RoutedExperts.weight_loader`` read every expert's projections
-    (``w1`` gate, ``w3`` up, ``w2`` down; weights, block scales, biases) of the whole checkpoint: the loader
-    maps each global expert id to the rank's own (``_map_global_expert_id_to_local_expert_id``, the expert
-    map) and narrows the rank's channels. Returned with FC1 rows in the checkpoint's layout, the hidden
-    size cut back to the checkpoint's."""
-    e = ckpt.w13.shape[0]
-    has_bias = ckpt.w13_bias is not None and ckpt.block != NVFP4_BLOCK
-    quant_config, method = _method(v, ckpt.block, has_bias, grid)
+    (``w1`` gate, ``w3`` up, ``w2`` down; weights and block scales) of the whole checkpoint: the loader maps
+    each global expert id to the rank's own (``_map_global_expert_id_to_local_expert_id``, the expert map)
+    and narrows the rank's channels. Returned with FC1 rows in the checkpoint's layout, the hidden size cut
+    back to the checkpoint's. Expert biases: :class:`~contracts.errors.UnsupportedConfig` (vLLM 0.33.0 loads
+    them for gpt-oss only, whose ``_load_weights_*`` zero ``w2_bias`` on TP ranks other than 0 first)."""
+    if ckpt.w13_bias is not None:
+        raise UnsupportedConfig(
+            "per-projection MXFP4 experts with biases (Quark gpt-oss) load through GptOssModel._load_weights_quark, "
+            "which this adapter does not drive"
+        )
+    quant_config, method = _method(v, ckpt.block, grid)
     layer = rank_layer(v, v.routed.RoutedExperts, quant_config, method, ckpt, gated, grid)
     scale_dtype = torch.float8_e4m3fn if ckpt.block == NVFP4_BLOCK else torch.uint8
     fc1 = {
-        "weight": split_fc1(ckpt.w13, ckpt.fc1_layout) if gated else (ckpt.w13,),
-        "weight_scale": split_fc1(ckpt.w13_scale, ckpt.fc1_layout) if gated else (ckpt.w13_scale,),
+        "w13_weight": split_fc1(ckpt.w13, ckpt.fc1_layout) if gated else (ckpt.w13,),
+        "w13_weight_scale": split_fc1(ckpt.w13_scale, ckpt.fc1_layout) if gated else (ckpt.w13_scale,),
     }
-    if has_bias:
-        fc1["bias"] = split_fc1(ckpt.w13_bias, ckpt.fc1_layout, -1) if gated else (ckpt.w13_bias,)
-    fc2 = {"weight": ckpt.w2, "weight_scale": ckpt.w2_scale, "bias": ckpt.w2_bias if has_bias else None}
-    for x in range(e):
-        for suffix, halves in fc1.items():
+    for x in range(ckpt.w13.shape[0]):
+        for name, halves in fc1.items():
             for shard, half in zip(("w1", "w3")[: len(halves)], halves, strict=True):
-                t = half[x].view(scale_dtype) if suffix == "weight_scale" else half[x]
-                layer.weight_loader(getattr(layer, f"w13_{suffix}"), t, f"{PREFIX}.w13_{suffix}", shard, x)
-        for suffix, t in fc2.items():
-            if t is not None:
-                t = t[x].view(scale_dtype) if suffix == "weight_scale" else t[x]
-                layer.weight_loader(getattr(layer, f"w2_{suffix}"), t, f"{PREFIX}.w2_{suffix}", "w2", x)
+                t = half[x].view(scale_dtype) if name.endswith("scale") else half[x]
+                layer.weight_loader(getattr(layer, name), t, f"{PREFIX}.{name}", shard, x)
+        layer.weight_loader(layer.w2_weight, ckpt.w2[x], f"{PREFIX}.w2_weight", "w2", x)
+        scale = ckpt.w2_scale[x].view(scale_dtype)
+        layer.weight_loader(layer.w2_weight_scale, scale, f"{PREFIX}.w2_weight_scale", "w2", x)
 
-    def fc1_rows(t: torch.Tensor, dim: int = -2) -> torch.Tensor:
-        return relayout_fc1(t, Fc1Layout.GATE_UP, ckpt.fc1_layout, dim) if gated else t
+    def fc1_rows(t: torch.Tensor) -> torch.Tensor:
+        return relayout_fc1(t, Fc1Layout.GATE_UP, ckpt.fc1_layout) if gated else t
 
     loaded = MoeWeights(
         w13=fc1_rows(layer.w13_weight.detach()), w13_scale=fc1_rows(layer.w13_weight_scale.detach().view(torch.uint8)),
         w2=layer.w2_weight.detach(), w2_scale=layer.w2_weight_scale.detach().view(torch.uint8), block=ckpt.block,
         fc1_layout=ckpt.fc1_layout,
-        w13_bias=fc1_rows(layer.w13_bias.detach().float(), -1) if has_bias else None,
-        w2_bias=layer.w2_bias.detach().float() if has_bias else None,
     )  # fmt: skip
     return cut_hidden(loaded, ckpt.hidden_size)
 
@@ -334,10 +332,20 @@ def gpt_oss_form(gated: bool, block: int, layout: Fc1Layout) -> bool:
 
 
 def cuts_groups_per_projection(config) -> bool:
-    """A ``ShardingConfig`` the per-projection path loads whose even split ``I / tp`` (which vLLM's
-    ``FusedMoEConfig`` accepts: ``I % tp == 0``) is not a whole number of groups."""
+    """A ``ShardingConfig`` the per-projection path loads (no expert biases, no EP: vLLM's MoE TP is 1 under
+    EP) whose even split ``I / tp`` (which vLLM's ``FusedMoEConfig`` accepts: ``I % tp == 0``) is not a
+    whole number of groups."""
     part, rem = divmod(config.intermediate, config.tp)
-    return not gpt_oss_form(config.gated, config.block, config.layout) and rem == 0 and part % config.block != 0
+    per_projection = not gpt_oss_form(config.gated, config.block, config.layout) and not config.bias
+    return per_projection and config.ep_size == 1 and rem == 0 and part % config.block != 0
+
+
+def gpt_oss_uneven_experts(config) -> bool:
+    """A gpt-oss ``ShardingConfig`` under EP whose expert count is not a multiple of the EP degree:
+    ``GptOssModel.load_weights`` slices ``E // ep`` experts per rank, ``determine_expert_map`` gives the
+    first ``E % ep`` ranks one more."""
+    interleaved = gpt_oss_form(config.gated, config.block, config.layout)
+    return interleaved and config.ep_size > 1 and config.tp == 1 and config.experts % config.ep_size != 0
 
 
 GPT_OSS_BACKEND = Mxfp4MoeBackend.FLASHINFER_TRTLLM
@@ -378,7 +386,7 @@ class VllmMoeSharding(LoaderSharding):
         nvfp4 = ckpt.block == NVFP4_BLOCK
         table = VLLM_NVFP4_BACKENDS if nvfp4 else VLLM_MXFP4_BACKENDS
         if backend is not None and backend not in table:
-            raise LibraryUnavailable(f"the vLLM subject does not map MoE backend {backend.value}")
+            raise UnsupportedConfig(f"vLLM MoE backend {backend.value} is not mapped (subjects.vllm)")
         interleaved = gpt_oss_form(gated, ckpt.block, ckpt.fc1_layout)
         mxfp4 = None if nvfp4 else backend or (GPT_OSS_BACKEND if interleaved else QUARK_BACKEND)
         grid = RankGrid(tp, ep_rank * tp + tp_rank, ep, self.placement, mxfp4)
