@@ -65,7 +65,13 @@ from contracts.moe_sharding import CONTRACT as MOE_SHARDING
 from contracts.mxfp4_linear import CONTRACT as MXFP4_LINEAR
 from contracts.mxfp4_linear import PreparedMxfp4Linear
 from reference.formats import MxScaleRounding
-from reference.layouts import Fc1Layout, aiter_shuffle_weight, unswizzle_128x4
+from reference.layouts import (
+    Fc1Layout,
+    aiter_shuffle_weight,
+    grouped_gate_up_interleave,
+    inverse_permutation,
+    unswizzle_128x4,
+)
 from reference.sizes import round_up
 from strategies.catalog import CheckpointForm
 from subjects.registry import KnownFailure, Subject, register_subject
@@ -274,6 +280,33 @@ def sglang_layer_context(runner_backend: str, platform: dict[str, bool], tp: int
             yield m
 
 
+@functools.cache
+def _importable(module: str) -> bool:
+    """Whether ``module`` imports here (FlashInfer's CuteDSL utilities need nvidia-cutlass-dsl)."""
+    try:
+        importlib.import_module(module)
+    except Exception:
+        return False
+    return True
+
+
+@contextlib.contextmanager
+def stand_in_function(module: str, name: str, stand_in: Callable[..., Any]) -> Iterator[None]:
+    """``module.name`` replaced by ``stand_in`` while the block runs, for code that imports it when it runs
+    (``from module import name``). Where ``module`` does not import here, it and each parent package that does
+    not import are stand-in modules in ``sys.modules``, holding only ``name``."""
+    if _importable(module):
+        with mock.patch.object(importlib.import_module(module), name, stand_in):
+            yield
+        return
+    parts = module.split(".")
+    prefixes = (".".join(parts[: k + 1]) for k in range(len(parts)))
+    stubs = {prefix: types.ModuleType(prefix) for prefix in prefixes if not _importable(prefix)}
+    setattr(stubs[module], name, stand_in)
+    with mock.patch.dict(sys.modules, stubs):
+        yield
+
+
 # --- nvfp4_moe: ModelOptNvFp4FusedMoEMethod ----------------------------------------------------------
 
 
@@ -285,12 +318,19 @@ class SglangNvfp4Backend:
     ``quantization/utils.py`` that ``ModelOptNvFp4FusedMoEMethod.process_weights_after_loading`` calls on this
     branch and that needs a GPU, replaced by a capture of its inputs (``None``: the branch runs whole on CPU);
     ``per_token_activation``: ``ModelOptFp4Config(use_per_token_activation=...)``, a ModelOpt checkpoint with
-    dynamic per-token activation scales (``SGLANG_FLASHINFER_NVFP4_PER_TOKEN_ACTIVATION``).
+    dynamic per-token activation scales (``SGLANG_FLASHINFER_NVFP4_PER_TOKEN_ACTIVATION``);
+    ``fc1_group``: the branch regroups a gated layer's FC1 rows (weights and block scales) into
+    ``fc1_group``-row ``[up; gate]`` groups before swizzling (CuteDSL's ``interleave_w13_halves``), read back
+    through the inverse (``reference.layouts.grouped_gate_up_interleave``); ``stand_ins``: functions the
+    branch imports when it runs and that need a GPU, ``(module, name)``, each replaced by a pass-through of
+    its first argument (:func:`stand_in_function`; their outputs are layouts the adapter does not read).
     """
 
     runner: str
     device_call: str | None
     per_token_activation: bool = False
+    fc1_group: int | None = None
+    stand_ins: tuple[tuple[str, str], ...] = ()
 
 
 NVFP4_BACKENDS: dict[Nvfp4MoeBackend, SglangNvfp4Backend] = {
@@ -305,8 +345,33 @@ NVFP4_BACKENDS: dict[Nvfp4MoeBackend, SglangNvfp4Backend] = {
     Nvfp4MoeBackend.FLASHINFER_TRTLLM_PER_TOKEN: SglangNvfp4Backend(
         "flashinfer_trtllm", "prepare_static_weights_for_trtllm_fp4_moe", per_token_activation=True
     ),
+    # the "CUTLASS processing" branch under _is_cutedsl_v2_standard (no DeepEP): interleave_w13_halves
+    # (64-row groups, ValueError unless each half is whole groups), swizzle_blockscale, then FlashInfer's
+    # convert_sf_to_mma_layout for CuteDslMoEWrapper (nvidia-cutlass-dsl, a CUDA build)
+    Nvfp4MoeBackend.FLASHINFER_CUTEDSL: SglangNvfp4Backend(
+        "flashinfer_cutedsl",
+        None,
+        fc1_group=64,
+        stand_ins=(("flashinfer.cute_dsl.utils", "convert_sf_to_mma_layout"),),
+    ),
 }
-"""The suite's NVFP4 MoE backends as SGLang runs them."""
+"""The suite's NVFP4 MoE backends as SGLang runs them (:data:`NVFP4_NOT_MAPPED`: those it has no path to)."""
+
+NVFP4_NOT_MAPPED: dict[Nvfp4MoeBackend, str] = {
+    Nvfp4MoeBackend.B12X: (
+        "SGLang 0.5.23 has no path to the b12x NVFP4 MoE: no MoeRunnerBackend member for it "
+        "(srt/layers/moe/utils.py) and no module of the release imports b12x"
+    ),
+    Nvfp4MoeBackend.VLLM_CUTLASS: (
+        "SGLang 0.5.23 has no path to vLLM's cutlass_moe_fp4: ModelOptNvFp4FusedMoEMethod.create_moe_runner "
+        "raises NotImplementedError for --moe-runner-backend cutlass ('not supported for NVFP4 MoE', "
+        "srt/layers/quantization/modelopt_quant.py), whose only MoE kernel is cutlass_fused_experts_fp8 "
+        "(srt/layers/moe/cutlass_moe.py); CutlassMoEType.BlockscaledFP4 (srt/layers/moe/cutlass_moe_params.py) "
+        "is referenced nowhere"
+    ),
+}
+"""The suite's NVFP4 MoE backends SGLang 0.5.23 cannot run, each with the source that shows it: they skip
+with that reason."""
 
 BLACKWELL = {"is_blackwell": True, "is_sm100": True, "is_cuda": True, "is_hip": False}
 """Platform facts of a B200 (SM100), where SGLang runs both NVFP4 FlashInfer backends."""
@@ -345,7 +410,9 @@ def nvfp4_fused_moe(
     size, under ``--moe-runner-backend`` :data:`NVFP4_BACKENDS` on a B200 (:func:`sglang_layer_context`): its
     constructor picks ``ModelOptNvFp4FusedMoEMethod``, whose ``create_weights`` rounds and allocates."""
     if backend not in NVFP4_BACKENDS:
-        raise LibraryUnavailable(f"the SGLang subject does not map NVFP4 MoE backend {backend.value} (NVFP4_BACKENDS)")
+        raise LibraryUnavailable(
+            NVFP4_NOT_MAPPED.get(backend, f"the SGLang subject does not map NVFP4 MoE backend {backend.value}")
+        )
     with sglang_layer_context(NVFP4_BACKENDS[backend].runner, BLACKWELL, tp, rank) as m:
         config = m.modelopt.ModelOptFp4Config(
             is_checkpoint_nvfp4_serialized=True,
@@ -403,13 +470,16 @@ class SglangNvfp4MoeAlignment:
 
     def align_moe(self, backend: Nvfp4MoeBackend, weights: MoeWeights, gated: bool) -> AlignedMoe:
         e, h, i = weights.w13.shape[0], weights.hidden_size, weights.intermediate_size
-        device_call = NVFP4_BACKENDS[backend].device_call if backend in NVFP4_BACKENDS else None
         with nvfp4_fused_moe(backend, e, h, i, gated) as (m, layer):
+            selection = NVFP4_BACKENDS[backend]
             load_nvfp4_checkpoint(layer, weights, gated)
-            if device_call is not None:
-                return self._captured(m, device_call, layer)
-            layer.quant_method.process_weights_after_loading(layer)
-            return self._cutlass(layer, h)
+            if selection.device_call is not None:
+                return self._captured(m, selection.device_call, layer)
+            with contextlib.ExitStack() as stack:
+                for module, name in selection.stand_ins:
+                    stack.enter_context(stand_in_function(module, name, _pass_through))
+                layer.quant_method.process_weights_after_loading(layer)
+            return self._cutlass(layer, h, selection.fc1_group if gated else None)
 
     @staticmethod
     def _captured(m: types.SimpleNamespace, device_call: str, layer: torch.nn.Module) -> AlignedMoe:
@@ -435,12 +505,18 @@ class SglangNvfp4MoeAlignment:
         return AlignedMoe(aligned, int(captured["ip"]), aligned.hidden_size)
 
     @staticmethod
-    def _cutlass(layer: torch.nn.Module, hidden: int) -> AlignedMoe:
-        w13, w2 = layer.w13_weight.detach(), layer.w2_weight.detach()
+    def _cutlass(layer: torch.nn.Module, hidden: int, fc1_group: int | None) -> AlignedMoe:
+        """The swizzled branch's buffers in the contract's form: scales through the inverse 128x4 swizzle, FC1
+        rows through the inverse ``fc1_group``-row regrouping where the branch regrouped them."""
+        w13, w2 = layer.w13_weight.detach().view(torch.uint8), layer.w2_weight.detach()
         rows, ip = w13.shape[1], 2 * w2.shape[2]
+        w13_scale = unswizzle_128x4(layer.w13_blockscale_swizzled.detach().view(torch.uint8), rows, hidden // 16)
+        if fc1_group is not None:
+            order = inverse_permutation(grouped_gate_up_interleave(rows, fc1_group))
+            w13, w13_scale = w13[:, order], w13_scale[:, order]
         aligned = MoeWeights(
             w13=w13,
-            w13_scale=unswizzle_128x4(layer.w13_blockscale_swizzled.detach().view(torch.uint8), rows, hidden // 16),
+            w13_scale=w13_scale,
             w2=w2,
             w2_scale=unswizzle_128x4(layer.w2_blockscale_swizzled.detach().view(torch.uint8), hidden, ip // 16),
             block=16,
@@ -981,6 +1057,17 @@ def _hidden_128_not_256(shape: Any) -> bool:
     return shape.hidden % 128 == 0 and shape.hidden % 256 != 0
 
 
+def _gated_halves_not_64(shape: Any) -> bool:
+    """A gated NVFP4 layer whose gate/up halves are not whole 64-row groups (``2I % 128 != 0``)."""
+    return shape.gated and shape.intermediate % 64 != 0
+
+
+def _cutedsl_hidden_not_256(shape: Any) -> bool:
+    """A hidden size not a multiple of 256 that SGLang's CuteDSL branch reaches (it refuses gated layers with
+    partial 64-row groups first, :func:`_gated_halves_not_64`)."""
+    return shape.hidden % 256 != 0 and not _gated_halves_not_64(shape)
+
+
 def _small_n_asm_capable(config: Any) -> bool:
     """A 2-D scale the layout guard accepts (``rows % 32``, ``cols % 8``, not 96 rows) with ``N <= 128``:
     the suite's contract sends it to ASM, SGLang 0.5.23 keeps it on Triton."""
@@ -1027,6 +1114,32 @@ SGLANG_KNOWN_FAILURES: tuple[KnownFailure, ...] = (
         raises=AssertionError,
         match=r"The intermediate size required padding, but padding is also implemented for gated activations",
         backend=Nvfp4MoeBackend.FLASHINFER_CUTLASS.value,
+    ),
+    KnownFailure(
+        NVFP4_MOE,
+        "flashinfer_cutedsl: ModelOptNvFp4FusedMoEMethod.process_weights_after_loading regroups gated FC1 rows "
+        "with interleave_w13_halves(group_size=64) before any padding, which raises 'Expected split dim divisible "
+        "by group_size=64' when I/tp % 64 != 0 (Gemma-4-26B-A4B TP=4: 176); the CUTLASS branch's #30887 at the "
+        "step before it (issue closed as inactive; its fix PR #30888, open, pads each half before the CuteDSL "
+        "interleave too)",
+        "https://github.com/sgl-project/sglang/issues/30887",
+        applies=_gated_halves_not_64,
+        raises=ValueError,
+        match=r"Expected split dim divisible by group_size=64",
+        backend=Nvfp4MoeBackend.FLASHINFER_CUTEDSL.value,
+    ),
+    KnownFailure(
+        NVFP4_MOE,
+        "Disputed: SGLang runs NVFP4 CuteDSL MoE (flashinfer_cutedsl) with the hidden size unpadded, vLLM 0.33.0 "
+        "pads it to 256 for GEMM1's K tile, which has no tail predicate in the FlashInfer 0.7.2 both pin "
+        "(FlashInfer 0.7.4's gather kernel predicates K tails); settled by cute_dsl_fused_moe (w4a4) on a B200 "
+        "with FlashInfer 0.7.2 at H = 2688 (Nemotron-3-Nano) against the reference",
+        f"{SGLANG_SOURCE}/layers/quantization/modelopt_quant.py",
+        applies=_cutedsl_hidden_not_256,
+        raises=AssertionError,
+        match=r"hidden size \d+ is not a multiple of 256",
+        backend=Nvfp4MoeBackend.FLASHINFER_CUTEDSL.value,
+        check="check_flashinfer_accepts",
     ),
     *(
         KnownFailure(

@@ -21,6 +21,7 @@ from backends.mxfp4_linear import AiterLinearPath
 from backends.mxfp4_moe import Mxfp4MoeBackend
 from backends.nvfp4_moe import Nvfp4MoeBackend
 from conformance import test_mxfp4_linear, test_mxfp4_moe, test_nvfp4_moe
+from contracts.errors import LibraryUnavailable
 from contracts.moe import MoeWeights
 from reference.formats import MxScaleRounding
 from reference.layouts import Fc1Layout, aiter_shuffle_weight, split_fc1, vllm_asm_scale_swizzle
@@ -104,6 +105,40 @@ def test_cutlass_aligned_layer_runs_the_real_swizzle() -> None:
     assert aligned.intermediate_size == shape.intermediate
     for name in ("w13", "w13_scale", "w2", "w2_scale"):
         assert torch.equal(getattr(aligned.weights, name).view(torch.uint8), getattr(case.weights, name)), name
+
+
+def test_cutedsl_aligned_layer_reads_back_through_the_regrouping() -> None:
+    """CuteDSL (``flashinfer_cutedsl``, v2 standard path): SGLang regroups gated FC1 into 64-row ``[up; gate]``
+    groups and swizzles the scales; read back through both inverses, a layer needing no padding is the
+    checkpoint's, byte for byte, and the hidden size stays unpadded."""
+    shape, case, aligned = _aligned("qwen3-30b-a3b", 4, Nvfp4MoeBackend.FLASHINFER_CUTEDSL)
+    assert shape.gated and shape.intermediate % 64 == 0
+    assert (aligned.intermediate_size, aligned.hidden_size) == (shape.intermediate, shape.hidden)
+    for name in ("w13", "w13_scale", "w2", "w2_scale"):
+        assert torch.equal(getattr(aligned.weights, name).view(torch.uint8), getattr(case.weights, name)), name
+
+
+def test_cutedsl_gated_split_is_refused_in_0_5_23() -> None:
+    """SGLang 0.5.23's ``interleave_w13_halves`` refuses gated halves that are not whole 64-row groups (Gemma-4
+    TP=4, I = 176); the ledger links SGLang #30887, whose fix PR #30888 pads each half first. Fails once that
+    lands; then update the ledger."""
+    with pytest.raises(ValueError, match="Expected split dim divisible by group_size=64"):
+        _aligned("gemma-4-26b-a4b", 4, Nvfp4MoeBackend.FLASHINFER_CUTEDSL)
+
+
+def test_cutedsl_non_gated_pads_to_128() -> None:
+    """A non-gated (ReLU2) layer goes through the CUTLASS branch's padding (rows the 128x4 swizzle adds are
+    zero-filled weights): I to 128, H unpadded."""
+    shape, _, aligned = _aligned("nemotron-3-nano-30b-a3b", 2, Nvfp4MoeBackend.FLASHINFER_CUTEDSL)
+    assert not shape.gated
+    assert aligned.intermediate_size == round_up(shape.intermediate, 128) and aligned.hidden_size == shape.hidden
+
+
+@pytest.mark.parametrize("backend", sorted(ss.NVFP4_NOT_MAPPED, key=lambda b: b.value))
+def test_unmapped_nvfp4_backends_skip_with_the_reason(backend: Nvfp4MoeBackend) -> None:
+    shape = pinned_shape("qwen3-30b-a3b", 4)
+    with pytest.raises(LibraryUnavailable, match="SGLang 0.5.23 has no path"):
+        NVFP4.align_moe(backend, moe_case(shape, 16).weights, shape.gated)
 
 
 LINEAR = ss.SglangQuarkMxfp4Linear()
