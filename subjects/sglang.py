@@ -285,7 +285,7 @@ def _importable(module: str) -> bool:
     """Whether ``module`` imports here (FlashInfer's CuteDSL utilities need nvidia-cutlass-dsl)."""
     try:
         importlib.import_module(module)
-    except Exception:
+    except (ImportError, RuntimeError, OSError):  # a missing package, or one that needs CUDA at import
         return False
     return True
 

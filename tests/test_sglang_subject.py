@@ -137,7 +137,7 @@ def test_cutedsl_non_gated_pads_to_128() -> None:
 @pytest.mark.parametrize("backend", sorted(ss.NVFP4_NOT_MAPPED, key=lambda b: b.value))
 def test_unmapped_nvfp4_backends_skip_with_the_reason(backend: Nvfp4MoeBackend) -> None:
     shape = pinned_shape("qwen3-30b-a3b", 4)
-    with pytest.raises(LibraryUnavailable, match="SGLang 0.5.23 has no path"):
+    with pytest.raises(LibraryUnavailable, match=r"SGLang 0\.5\.23 has no path"):
         NVFP4.align_moe(backend, moe_case(shape, 16).weights, shape.gated)
 
 
