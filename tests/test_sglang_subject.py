@@ -14,7 +14,7 @@ import importlib
 
 import pytest
 import torch
-from hypothesis import given, settings
+from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 
 from backends.mxfp4_linear import AiterLinearPath
@@ -236,6 +236,8 @@ def _mxfp4_weights(intermediate: int, hidden: int, layout: Fc1Layout, experts: i
         (Mxfp4MoeBackend.FLASHINFER_CUTLASS_SM90, 2880, 2880, (2944, 3072)),  # hidden: the ledger's 256
         (Mxfp4MoeBackend.AITER, 384, 3072, (512, 3072)),  # MiniMax-M3 TP8: 256 (AITER #5233)
         (Mxfp4MoeBackend.MARLIN, 288, 4096, (384, 4096)),  # DeepSeek-V4.1-Flash TP8: the ledger's 128
+        (Mxfp4MoeBackend.TRITON_SM90, 2880, 2880, (2944, 2944)),  # gpt-oss TP1: Hopper scale tiles of 128
+        (Mxfp4MoeBackend.TRITON_SM90, 736, 2880, (768, 2944)),  # gpt-oss TP4 rank 0: I to 64, K tiles of 128
     ],
 )
 def test_mxfp4_sizes_are_sglangs(
@@ -246,8 +248,25 @@ def test_mxfp4_sizes_are_sglangs(
     assert (aligned.intermediate_size, aligned.hidden_size) == want
 
 
-@pytest.mark.parametrize("backend", list(ss.MXFP4_BACKENDS))
-@pytest.mark.parametrize("layout", [Fc1Layout.GATE_UP_INTERLEAVED, Fc1Layout.GATE_UP])
+STACKED_TRITON_LOAD = pytest.mark.xfail(
+    raises=RuntimeError,
+    strict=True,
+    reason="SGLang 0.5.23: the per-expert loader transposes MXFP4 tensors under triton_kernel (the ledger's entry)",
+)
+
+
+@pytest.mark.parametrize(
+    ("backend", "layout"),
+    [
+        pytest.param(
+            b,
+            layout,
+            marks=[STACKED_TRITON_LOAD] if ss.MXFP4_BACKENDS[b].triton_kernels and not layout.interleaved else [],
+        )
+        for b in ss.MXFP4_BACKENDS
+        for layout in (Fc1Layout.GATE_UP_INTERLEAVED, Fc1Layout.GATE_UP)
+    ],
+)
 def test_mxfp4_post_load_keeps_pairs(backend: Mxfp4MoeBackend, layout: Fc1Layout) -> None:
     """After SGLang's loader and post-load processing, the rows read in the order SGLang states are the
     checkpoint's gate and up rows, each half's padding after it; FC2 keeps its corner."""
@@ -293,6 +312,7 @@ def test_mxfp4_loader_split_is_the_modelled_split(tp: int, backend: Mxfp4MoeBack
     buffer's fill) under gpt-oss's corner copy and 0 under the per-expert loader's zero-padded narrow.
     Every checkpoint channel lands on exactly one rank."""
     interleaved = layout is Fc1Layout.GATE_UP_INTERLEAVED
+    assume(interleaved or not ss.MXFP4_BACKENDS[backend].triton_kernels)  # stacked does not load there (the ledger)
     i, h = (GPT_OSS_I if interleaved else STACKED_I), 256
     ckpt = _mxfp4_weights(i, h, layout, seed=tp)
     per_rank = whole_block_split(i, tp, 32) if interleaved else (i // tp,) * tp
@@ -320,6 +340,35 @@ def test_mxfp4_loader_split_is_the_modelled_split(tp: int, backend: Mxfp4MoeBack
             assert torch.equal(dst[:, :h, : real // per], want), f"rank {rank} {name}"
         covered += real
     assert covered == i
+
+
+def test_triton_kernel_pads_hopper_scale_groups() -> None:
+    """``triton_kernel`` on SM90: SGLang's ``_swizzle_mxfp4`` pads each GEMM's scale groups along K to whole
+    128-element tiles with E8M0 127 (gpt-oss K = 2880: 90 groups -> 92), the weights keep their K (the kernel
+    masks them; the contract form zero-pads them), and the gpt-oss pairs and biases are the checkpoint's."""
+    weights = _mxfp4_weights(2880, 2880, Fc1Layout.GATE_UP_INTERLEAVED, seed=5)
+    out = MXFP4.align_moe(Mxfp4MoeBackend.TRITON_SM90, weights, True).weights
+    assert out.fc1_layout is Fc1Layout.GATE_UP_INTERLEAVED
+    assert out.w13_scale.shape[-1] == 92 and set(out.w13_scale[:, :5760, 90:].unique().tolist()) == {127}
+    assert out.w2_scale.shape[-1] == 92 and set(out.w2_scale[:, :2880, 90:].unique().tolist()) == {127}
+    assert not out.w13[:, :, 1440:].any() and not out.w2[:, :, 1440:].any()
+    for name in ("w13", "w13_scale", "w13_bias"):
+        src = getattr(weights, name)
+        assert torch.equal(getattr(out, name)[tuple(slice(0, n) for n in src.shape)], src), name
+
+
+def test_triton_kernel_stacked_checkpoint_does_not_load_in_0_5_23() -> None:
+    """SGLang 0.5.23 under ``triton_kernel``: ``FusedMoE._load_w13`` transposes the per-expert MXFP4 weight as if
+    it were an unquantized triton_kernels one, so a stacked (Kimi-K3 / MiniMax-M3 form) checkpoint fails to
+    load (found by this suite, the ledger has it). Fails once SGLang loads it; then update both."""
+    with pytest.raises(RuntimeError, match=r"The size of tensor a \(\d+\) must match"):
+        MXFP4.align_moe(Mxfp4MoeBackend.TRITON_SM90, _mxfp4_weights(384, 512, Fc1Layout.GATE_UP), True)
+
+
+@pytest.mark.parametrize("backend", sorted(ss.MXFP4_NOT_MAPPED, key=lambda b: b.value))
+def test_unmapped_mxfp4_backends_skip_with_the_reason(backend: Mxfp4MoeBackend) -> None:
+    with pytest.raises(LibraryUnavailable, match=r"SGLang 0\.5\.23 (has no path|feeds)"):
+        MXFP4.align_moe(backend, _mxfp4_weights(128, 256, Fc1Layout.GATE_UP_INTERLEAVED), True)
 
 
 def test_sm90_gpt_oss_loader_overflows_at_tp4_in_0_5_23() -> None:
