@@ -390,6 +390,11 @@ class VllmMoeSharding(LoaderSharding):
         interleaved = gpt_oss_form(gated, ckpt.block, ckpt.fc1_layout)
         mxfp4 = None if nvfp4 else backend or (GPT_OSS_BACKEND if interleaved else QUARK_BACKEND)
         grid = RankGrid(tp, ep_rank * tp + tp_rank, ep, self.placement, mxfp4)
+        if mxfp4 is not None and grid.member(v) not in v.mxfp4_oracle._get_priority_backends_for_gpt_oss():
+            raise UnsupportedConfig(
+                f"vLLM 0.33.0's select_mxfp4_moe_backend never picks {grid.member(v).name} for gpt-oss or Quark "
+                "OCP-MX experts (_get_priority_backends_for_gpt_oss)"
+            )
         if interleaved:
             return load_gpt_oss(v, ckpt, grid)
         return load_projections(v, ckpt, gated, grid)

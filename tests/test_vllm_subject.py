@@ -404,7 +404,19 @@ def test_gpt_oss_ep_uneven_experts_broadcast_in_0_33_0() -> None:
         VllmMoeSharding().shard_moe(_sharding_weights(1, 256, 32, Fc1Layout.GATE_UP_INTERLEAVED, True), True, 1, ep=2)
 
 
-@pytest.mark.parametrize("backend", list(sv.VLLM_MXFP4_BACKENDS))
+GPT_OSS_UNSELECTED = (Mxfp4MoeBackend.B12X, Mxfp4MoeBackend.FLASHINFER_MOE_EP)
+"""Backends vLLM 0.33.0 never selects for gpt-oss / Quark OCP-MX experts (``_get_priority_backends_for_gpt_oss``;
+b12x also refuses expert biases): their exact-size buffers (720 at TP 4) would not hold the whole-block share."""
+
+
+@pytest.mark.parametrize("backend", GPT_OSS_UNSELECTED)
+def test_backends_vllm_never_selects_for_gpt_oss_are_not_served(backend: Mxfp4MoeBackend) -> None:
+    ckpt = _sharding_weights(1, 2880, 32, Fc1Layout.GATE_UP_INTERLEAVED, True)
+    with pytest.raises(UnsupportedConfig, match="_get_priority_backends_for_gpt_oss"):
+        VllmMoeSharding().shard_moe(ckpt, True, 4, backend=backend)
+
+
+@pytest.mark.parametrize("backend", [b for b in sv.VLLM_MXFP4_BACKENDS if b not in GPT_OSS_UNSELECTED])
 def test_gpt_oss_buffer_is_the_backends(backend: Mxfp4MoeBackend) -> None:
     """The runner axis: a gpt-oss rank's buffer is ``GptOssMxfp4MoEMethod.maybe_roundup_sizes`` for the drawn
     backend (vLLM's ``mxfp4_round_up_hidden_size_and_intermediate_size``, as ``RoutedExperts.__init__`` calls it),
