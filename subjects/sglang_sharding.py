@@ -78,7 +78,13 @@ class SglangMoeSharding(LoaderSharding):
     ) -> None:
         self.backend, self.mxfp4_backend = backend, mxfp4_backend
 
-    def load_rank(self, ckpt: MoeWeights, gated: bool, tp: int, rank: int) -> MoeWeights:
+    def load_rank(
+        self, ckpt: MoeWeights, gated: bool, tp: int, rank: int, *, ep: int, ep_rank: int, backend
+    ) -> MoeWeights:
+        """Plain TP groups only (``ep > 1`` is not driven: :class:`~contracts.errors.UnsupportedConfig`);
+        ``backend`` is not read: the subject's own ``backend`` / ``mxfp4_backend`` load every shard."""
+        if ep != 1:
+            raise UnsupportedConfig(f"the SGLang sharding adapter drives plain TP groups only, not EP={ep}")
         if ckpt.block != NVFP4_BLOCK:
             return self.load_mxfp4(ckpt, gated, tp, rank)
         return self.load_nvfp4(ckpt, gated, tp, rank)

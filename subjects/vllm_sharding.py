@@ -40,6 +40,7 @@ from unittest import mock
 
 import torch
 
+from contracts.errors import UnsupportedConfig
 from contracts.moe import MoeWeights
 from contracts.moe_sharding import ShardRefused
 from reference.formats import NVFP4_BLOCK
@@ -266,7 +267,13 @@ class VllmMoeSharding(LoaderSharding):
     per-expert ``RoutedExperts.weight_loader`` (ModelOpt NVFP4, Quark OCP-MX MXFP4) for the rest; the
     ranks' channels are read back (:class:`~subjects.moe_sharding.LoaderSharding`)."""
 
-    def load_rank(self, ckpt: MoeWeights, gated: bool, tp: int, rank: int) -> MoeWeights:
+    def load_rank(
+        self, ckpt: MoeWeights, gated: bool, tp: int, rank: int, *, ep: int, ep_rank: int, backend
+    ) -> MoeWeights:
+        """Plain TP groups only (``ep > 1`` is not driven: :class:`~contracts.errors.UnsupportedConfig`);
+        ``backend`` is not read: gpt-oss buffers are :data:`GPT_OSS_BACKEND`'s."""
+        if ep != 1:
+            raise UnsupportedConfig(f"the vLLM sharding adapter drives plain TP groups only, not EP={ep}")
         v = sharding_modules()
         if gpt_oss_form(gated, ckpt.block, ckpt.fc1_layout):
             return load_gpt_oss(v, ckpt, tp, rank)
