@@ -55,7 +55,8 @@ misplaced channel or scale (an O(1) relative error)."""
 
 def global_layer(config: ShardingConfig) -> MoeCase:
     """The checkpoint's whole layer from ``config.seed``, FC1 rows in ``config.layout``; with
-    ``config.bias``, fp32 ``w13_bias [E, F·I]`` and ``w2_bias [E, H]`` drawn from ``seed + 1``."""
+    ``config.bias``, ``w13_bias [E, F·I]`` and ``w2_bias [E, H]`` drawn from ``seed + 1``: fp32 tensors of
+    bf16 values, as gpt-oss checkpoints store them (engines keep expert biases in bf16)."""
     shape = MoeShape(
         config.model, config.tp, False, 0, Sharding.NONE, config.intermediate, config.intermediate,
         config.hidden, config.hidden, config.activation, config.experts, config.top_k, config.tokens, config.seed,
@@ -64,8 +65,8 @@ def global_layer(config: ShardingConfig) -> MoeCase:
     stacked = replace(case.weights, fc1_layout=Fc1Layout.GATE_UP)
     if config.bias:
         g, rows = generator(config.seed + 1), stacked.w13.shape[1]
-        b13 = torch.randn(config.experts, rows, generator=g)
-        stacked = replace(stacked, w13_bias=b13, w2_bias=torch.randn(config.experts, config.hidden, generator=g))
+        b13, b2 = (torch.randn(config.experts, n, generator=g).bfloat16().float() for n in (rows, config.hidden))
+        stacked = replace(stacked, w13_bias=b13, w2_bias=b2)
     weights = relayout_moe(stacked, config.layout) if config.gated else stacked
     return replace(case, weights=weights)
 

@@ -94,6 +94,8 @@ class SglangMoeSharding(LoaderSharding):
 
         if not gated:
             raise UnsupportedConfig("SGLang's Mxfp4MoEMethod runs gated experts only")
+        if ckpt.w13_bias is not None and not ckpt.fc1_layout.interleaved:
+            raise UnsupportedConfig("SGLang loads MXFP4 expert biases from gpt-oss's fused row-interleaved form only")
         with uneven_split_refused(ckpt.intermediate_size, tp):
             loaded, _ = load_mxfp4_rank(self.mxfp4_backend, ckpt, tp, rank)
         return hidden_cut(loaded, ckpt.hidden_size)
