@@ -1411,6 +1411,12 @@ def _sharding_backend(config: Any) -> Nvfp4MoeBackend | Mxfp4MoeBackend:
     return config.kernel_backend or (NVFP4_BACKEND if config.block == 16 else MXFP4_BACKEND)
 
 
+def _nvfp4_unrounded(config: Any) -> bool:
+    """An NVFP4 ``ShardingConfig`` whose runner allocates ``I/tp`` channels (every mapped one but TRT-LLM's)."""
+    runner = NVFP4_BACKENDS.get(_sharding_backend(config))
+    return runner is not None and runner.runner != "flashinfer_trtllm"
+
+
 def _stacked_mxfp4_method(config: Any) -> bool:
     """A stacked ``[gate; up]`` MXFP4 ``ShardingConfig`` without biases that ``Mxfp4MoEMethod``'s per-expert
     loader reads (a backend not routed to Quark OCP-MX)."""
@@ -1454,14 +1460,13 @@ SGLANG_SHARDING_FAILURES: tuple[KnownFailure, ...] = (
     ),
     KnownFailure(
         MOE_SHARDING,
-        "flashinfer_cutlass NVFP4 (ModelOptNvFp4FusedMoEMethod): create_weights allocates I/tp channels and "
-        "FusedMoE._load_w13 / _load_w2 narrow every tensor by its own size / tp, so where (I/tp) % 16 != 0 a rank's "
-        "channels straddle 16-groups and pair with the wrong scales (the vLLM #49949 split; SGLang pads for CUTLASS "
-        "only after loading, PR #22627 for FP8); found by this suite, not reported upstream",
+        "flashinfer_cutlass and flashinfer_cutedsl NVFP4 (ModelOptNvFp4FusedMoEMethod): create_weights allocates "
+        "I/tp channels (only the TRT-LLM branch rounds them, to 64) and FusedMoE._load_w13 / _load_w2 narrow every "
+        "tensor by its own size / tp, so where (I/tp) % 16 != 0 (Gemma-4-26B-A4B I = 704 at TP 16: 44) a rank's "
+        "channels straddle 16-groups and pair with the wrong scales (the vLLM #49949 split); found by this suite, "
+        "not reported upstream",
         f"{SGLANG_SOURCE}/layers/moe/fused_moe_triton/layer.py",
-        applies=lambda config: (
-            _sharding_backend(config) is Nvfp4MoeBackend.FLASHINFER_CUTLASS and _even_split_cuts_groups(config)
-        ),
+        applies=lambda config: config.block == 16 and _nvfp4_unrounded(config) and _even_split_cuts_groups(config),
         raises=AssertionError,
         match=r"which cut a \d+-element scale group|do not sum to the layer's|is not a whole number of \d+-element groups",
     ),
