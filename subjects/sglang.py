@@ -1419,10 +1419,11 @@ def _nvfp4_unrounded(config: Any) -> bool:
 
 def _stacked_mxfp4(config: Any, via_quark: bool) -> bool:
     """A stacked ``[gate; up]`` MXFP4 ``ShardingConfig`` without biases loaded by Quark OCP-MX's
-    ``QuarkW4A4MXFp4MoE`` (``via_quark``: the AITER backends) or else by ``Mxfp4MoEMethod``'s per-expert loader."""
+    ``QuarkW4A4MXFp4MoE`` (``via_quark``: the AITER backends) or else by ``Mxfp4MoEMethod``'s per-expert loader
+    (the triton_kernel runner aside: it does not load them at all)."""
     runner = MXFP4_BACKENDS.get(_sharding_backend(config))
     stacked = config.gated and config.block == 32 and not config.layout.interleaved and not config.bias
-    return stacked and runner is not None and runner.stacked_via_quark is via_quark
+    return stacked and runner is not None and runner.stacked_via_quark is via_quark and not runner.triton_kernels
 
 
 def _even_split_cuts_groups(config: Any) -> bool:
@@ -1498,6 +1499,23 @@ SGLANG_SHARDING_FAILURES: tuple[KnownFailure, ...] = (
         applies=lambda config: _stacked_mxfp4(config, via_quark=True) and _even_split_cuts_groups(config),
         raises=AssertionError,
         match=r"which cut a \d+-element scale group|do not sum to the layer's|is not a whole number of \d+-element groups",
+    ),
+    KnownFailure(
+        MOE_SHARDING,
+        "triton_kernel: stacked [gate; up] MXFP4 experts do not load (the mxfp4_moe ledger's: FusedMoE._load_w13 / "
+        "_load_w2 transpose every non-bias tensor under use_triton_kernels, Mxfp4MoEMethod's buffers keep [E, N, K/2]) "
+        "on any rank; found by this suite, not reported upstream",
+        f"{SGLANG_SOURCE}/layers/moe/fused_moe_triton/layer.py",
+        applies=lambda config: (
+            _sharding_backend(config) is Mxfp4MoeBackend.TRITON_SM90
+            and config.gated
+            and not config.layout.interleaved
+            and not config.bias
+            and config.intermediate % config.tp == 0
+            and config.experts % config.ep_size == 0
+        ),
+        raises=RuntimeError,
+        match=r"The size of tensor a \(\d+\) must match the size of tensor b \(\d+\)",
     ),
 )
 """Upstream bugs of SGLang 0.5.23 that the ``moe_sharding`` properties meet (:mod:`subjects.sglang_sharding`)."""
