@@ -1483,7 +1483,7 @@ SGLANG_SHARDING_FAILURES: tuple[KnownFailure, ...] = (
         applies=lambda config: (
             _sharding_backend(config) is Mxfp4MoeBackend.FLASHINFER_CUTLASS_SM90
             and config.block == 32
-            and (config.layout.interleaved or config.bias)
+            and config.layout.interleaved
             and _even_split_cuts_groups(config)
         ),
         raises=RuntimeError,
