@@ -1517,6 +1517,18 @@ def _stacked_mxfp4(config: Any, via_quark: bool) -> bool:
     return stacked and runner is not None and runner.stacked_via_quark is via_quark and not runner.triton_kernels
 
 
+UNROUNDED_MXFP4_BACKENDS = (Mxfp4MoeBackend.FLASHINFER_CUTLASS_SM90, Mxfp4MoeBackend.VLLM_CUTLASS)
+"""The backends whose ``Mxfp4MoEMethod.create_weights`` allocates ``I/tp`` rows per half unrounded (the SM90
+CUTLASS branch pads after loading; ``deep_gemm`` keeps the checkpoint's sizes)."""
+
+
+def _stacked_hidden_crash(config: Any) -> bool:
+    """A stacked ``ShardingConfig`` whose ``Mxfp4MoEMethod`` buffer rounds the hidden size to 256
+    (:data:`HIDDEN_256_BACKENDS`) past the checkpoint's, so ``FusedMoE._load_w13`` / ``_load_w2`` fail to copy."""
+    backend = _sharding_backend(config)
+    return _stacked_mxfp4(config, via_quark=False) and backend in HIDDEN_256_BACKENDS and config.hidden % 256 != 0
+
+
 def _even_split_cuts_groups(config: Any) -> bool:
     """A ``ShardingConfig`` SGLang's ``FusedMoE`` accepts (``I % tp``, ``E % ep``) whose even split ``I/tp``
     is not a whole number of groups."""
@@ -1527,27 +1539,25 @@ def _even_split_cuts_groups(config: Any) -> bool:
 SGLANG_SHARDING_FAILURES: tuple[KnownFailure, ...] = (
     KnownFailure(
         MOE_SHARDING,
-        "stacked [gate; up] MXFP4 experts: the mxfp4_moe ledger's load crash (every MXFP4 backend allocates the "
+        "stacked [gate; up] MXFP4 experts: the mxfp4_moe ledger's load crash (the HIDDEN_256_BACKENDS allocate the "
         "hidden size rounded to 256, FusedMoE._load_w13 / _load_w2 copy the checkpoint's full width) hits every "
         "rank's load when H % 256 != 0; found by this suite, not reported upstream",
         f"{SGLANG_SOURCE}/layers/moe/fused_moe_triton/layer.py",
-        applies=lambda config: (
-            _stacked_mxfp4(config, via_quark=False)
-            and config.hidden % 256 != 0
-            and config.experts % config.ep_size == 0
-        ),
+        applies=lambda config: _stacked_hidden_crash(config) and config.experts % config.ep_size == 0,
         raises=RuntimeError,
         match=r"The size of tensor a \(\d+\) must match the size of tensor b \(\d+\)",
     ),
     KnownFailure(
         MOE_SHARDING,
         "stacked [gate; up] MXFP4 experts (Kimi-K3, MiniMax-M3 form): FusedMoE._load_w13 / _load_w2 narrow each "
-        "projection evenly, I/tp channels per rank, into a buffer rounded to whole blocks, so where (I/tp) % 32 != 0 "
+        "projection evenly, I/tp channels per rank, into the backend's buffer, so where (I/tp) % 32 != 0 "
         "a rank's channels straddle 32-groups and pair with the wrong scales: silently wrong output (the vLLM #49949 "
         "split); no SGLang model with stacked MXFP4 experts has such I/tp; found by this suite, not reported upstream",
         f"{SGLANG_SOURCE}/layers/moe/fused_moe_triton/layer.py",
         applies=lambda config: (
-            _stacked_mxfp4(config, via_quark=False) and config.hidden % 256 == 0 and _even_split_cuts_groups(config)
+            _stacked_mxfp4(config, via_quark=False)
+            and not _stacked_hidden_crash(config)
+            and _even_split_cuts_groups(config)
         ),
         raises=AssertionError,
         match=r"which cut a \d+-element scale group|do not sum to the layer's|is not a whole number of \d+-element groups",
@@ -1566,13 +1576,14 @@ SGLANG_SHARDING_FAILURES: tuple[KnownFailure, ...] = (
     ),
     KnownFailure(
         MOE_SHARDING,
-        "flashinfer_mxfp4 on SM90 (CUTLASS mixed GEMM): Mxfp4MoEMethod.create_weights allocates I/tp rows per half "
+        "flashinfer_mxfp4 on SM90 (CUTLASS mixed GEMM) and deep_gemm: Mxfp4MoEMethod.create_weights allocates I/tp "
+        "rows per half "
         "(padding comes after loading), but GptOssForCausalLM._load_mxfp4_experts_weights narrows whole 32-blocks, "
         "cdiv(I/32, tp)·32 channels, so where (I/tp) % 32 != 0 a full rank does not fit its buffer (gpt-oss I = 2880 "
         "at TP 4: 736 > 720); found by this suite, not reported upstream (the path came with PR #24816)",
         f"{SGLANG_SOURCE}/models/gpt_oss.py",
         applies=lambda config: (
-            _sharding_backend(config) is Mxfp4MoeBackend.FLASHINFER_CUTLASS_SM90
+            _sharding_backend(config) in UNROUNDED_MXFP4_BACKENDS
             and config.block == 32
             and config.layout.interleaved
             and _even_split_cuts_groups(config)
