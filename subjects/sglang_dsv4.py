@@ -393,13 +393,13 @@ class SglangDsv4MoeAlignment:
 
 def load_dsv4_rank(backend: Mxfp4MoeBackend, checkpoint: MoeWeights, tp: int, rank: int) -> MoeWeights:
     """Rank ``rank`` of ``tp``'s expert buffers after SGLang's loader has read the whole (unsharded) ``checkpoint``
-    (:func:`dsv4_layer`), before post-load processing, FC1 rows ``[gate; up]`` (CUTLASS loads ``[up; gate]``;
-    converted back) and the hidden size cut back to the checkpoint's (Marlin's buffer rounds it to 256)."""
-    selection = DSV4_BACKENDS.get(backend)
-    loaded_layout = Fc1Layout.UP_GATE if backend is Mxfp4MoeBackend.FLASHINFER_CUTLASS_SM90 else Fc1Layout.GATE_UP
+    (:func:`dsv4_layer`), before post-load processing: FC1 rows ``[gate; up]`` (a method whose
+    ``load_up_proj_weight_first`` is set, CUTLASS's, loads ``[up; gate]``: read as such and converted) and the
+    hidden size cut back to the checkpoint's (Marlin's buffer rounds it to 256)."""
     with dsv4_layer(backend, relayout_moe(checkpoint, Fc1Layout.GATE_UP), tp, rank) as (_, layer):
-        del selection
-        loaded = relayout_moe(layer_experts(layer, loaded_layout), Fc1Layout.GATE_UP)
+        up_first = getattr(layer.quant_method, "load_up_proj_weight_first", False)
+        loaded = layer_experts(layer, Fc1Layout.UP_GATE if up_first else Fc1Layout.GATE_UP)
+    loaded = relayout_moe(loaded, Fc1Layout.GATE_UP)
     h, g = checkpoint.hidden_size, MXFP4_BLOCK
     return replace(
         loaded, w13=loaded.w13[..., : h // 2], w13_scale=loaded.w13_scale[..., : h // g], w2=loaded.w2[:, :h],
