@@ -24,12 +24,16 @@ both import Triton) for the layout property; the rule itself is plain arithmetic
 from __future__ import annotations
 
 import importlib
+from collections.abc import Sequence
 from types import ModuleType
 
 import torch
 
 from contracts.errors import LibraryUnavailable
+from contracts.moe import MoeWeights
 from reference.formats import MXFP4_BLOCK
+from reference.layouts import Fc1Layout
+from reference.padding import pad_dim
 
 HOPPER_BLOCK_K = 128
 """K elements per ``matmul_ogs`` tile for MXFP4 weights on Hopper (``compute_block_k``): 4 scale groups."""
@@ -105,3 +109,28 @@ def hopper_scale_round_trip(scale: torch.Tensor) -> tuple[int, torch.Tensor]:
     swizzled = layout.swizzle_data(kn)
     back = layout.unswizzle_data(swizzled)[..., : kn.shape[-2], : kn.shape[-1]]
     return swizzled.shape[-2] // MXFP4_BLOCK, back.transpose(-2, -1)
+
+
+def handed_weights(
+    handed: Sequence[torch.Tensor], w13_bias: torch.Tensor | None, w2_bias: torch.Tensor | None
+) -> MoeWeights:
+    """An MXFP4 MoE layer as an engine hands it to triton_kernels' ``convert_layout``, in the contract's form.
+
+    ``handed``: FC1 weights ``[E, H/2, 2I]``, FC1 scales ``[E, G1, 2I]``, FC2 weights ``[E, I/2, H]``, FC2
+    scales ``[E, G2, H]`` (the quantization axis on dim 1, as ``_swizzle_mxfp4`` transposes them; ``G`` the
+    scale groups along K the engine hands over, padded or not). The kernel reads ``32·G`` elements of K and
+    masks the weights' K tail, so for the contract the layer is the weights zero-padded to the scales:
+    ``Hp = 32·G1``, ``Ip = 32·G2``, FC1 rows (weights, scales, fp32 biases) zero-padded to ``2·Ip`` and FC2's
+    to ``Hp``. FC1 rows are labelled with the order ``swiglu`` reads (gate/up pairs)."""
+    w13, s13, w2, s2 = (t.transpose(-2, -1).contiguous() for t in handed)
+    ip, hp = MXFP4_BLOCK * s2.shape[-1], MXFP4_BLOCK * s13.shape[-1]
+    return MoeWeights(
+        w13=pad_dim(pad_dim(w13, -1, hp // 2), -2, 2 * ip),
+        w13_scale=pad_dim(s13, -2, 2 * ip),
+        w2=pad_dim(pad_dim(w2, -1, ip // 2), -2, hp),
+        w2_scale=pad_dim(s2, -2, hp),
+        block=MXFP4_BLOCK,
+        fc1_layout=Fc1Layout.GATE_UP_INTERLEAVED,
+        w13_bias=None if w13_bias is None else pad_dim(w13_bias.float(), -1, 2 * ip),
+        w2_bias=None if w2_bias is None else pad_dim(w2_bias.float(), -1, hp),
+    )

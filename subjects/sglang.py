@@ -38,6 +38,7 @@ from __future__ import annotations
 
 import ast
 import contextlib
+import enum
 import functools
 import importlib
 import importlib.abc
@@ -54,6 +55,7 @@ from unittest import mock
 
 import torch
 
+from adapters import triton_kernels as tk
 from backends.mxfp4_linear import AiterLinearPath
 from backends.mxfp4_moe import CONTRACT as MXFP4_MOE
 from backends.mxfp4_moe import Mxfp4MoeBackend
@@ -65,7 +67,13 @@ from contracts.moe_sharding import CONTRACT as MOE_SHARDING
 from contracts.mxfp4_linear import CONTRACT as MXFP4_LINEAR
 from contracts.mxfp4_linear import PreparedMxfp4Linear
 from reference.formats import MxScaleRounding
-from reference.layouts import Fc1Layout, aiter_shuffle_weight, unswizzle_128x4
+from reference.layouts import (
+    Fc1Layout,
+    aiter_shuffle_weight,
+    grouped_gate_up_interleave,
+    inverse_permutation,
+    unswizzle_128x4,
+)
 from reference.sizes import round_up
 from strategies.catalog import CheckpointForm
 from subjects.registry import KnownFailure, Subject, register_subject
@@ -161,6 +169,9 @@ REQUIRED_SYMBOLS = {
         "_FI_HAS_SM90_CUTLASS_MXFP4",
         "has_triton_kernels",
         "_get_flashinfer_mxfp4_device_permute_indices",
+        "_swizzle_mxfp4",
+        "_pad_hopper_mxfp4_scale",
+        "_mx_block_kwargs",
     ),
     "sglang.srt.layers.quantization.marlin_utils_fp4": (
         "deinterleave_moe_mxfp4_w13_for_marlin",
@@ -274,6 +285,39 @@ def sglang_layer_context(runner_backend: str, platform: dict[str, bool], tp: int
             yield m
 
 
+@functools.cache
+def _importable(module: str) -> bool:
+    """Whether ``module`` imports here (FlashInfer's CuteDSL utilities need nvidia-cutlass-dsl)."""
+    try:
+        importlib.import_module(module)
+    except (ImportError, RuntimeError, OSError):  # a missing package, or one that needs CUDA at import
+        return False
+    return True
+
+
+@contextlib.contextmanager
+def stand_in_function(module: str, name: str, stand_in: Callable[..., Any]) -> Iterator[None]:
+    """``module.name`` replaced by ``stand_in`` while the block runs, for code that imports it when it runs
+    (``from module import name``). Where ``module`` does not import here, it and each parent package that does
+    not import are stand-in modules in ``sys.modules``, holding only ``name``."""
+    if _importable(module):
+        with mock.patch.object(importlib.import_module(module), name, stand_in):
+            yield
+        return
+    parts = module.split(".")
+    prefixes = (".".join(parts[: k + 1]) for k in range(len(parts)))
+    stubs = {prefix: types.ModuleType(prefix) for prefix in prefixes if not _importable(prefix)}
+    setattr(stubs[module], name, stand_in)
+    with mock.patch.dict(sys.modules, stubs):
+        yield
+
+
+def _not_mapped(backend: enum.Enum) -> str:
+    """Why the subject does not run ``backend`` (:data:`NVFP4_NOT_MAPPED`, :data:`MXFP4_NOT_MAPPED`)."""
+    reasons = {**NVFP4_NOT_MAPPED, **MXFP4_NOT_MAPPED}
+    return reasons.get(backend, f"the SGLang subject does not map {backend.value}")
+
+
 # --- nvfp4_moe: ModelOptNvFp4FusedMoEMethod ----------------------------------------------------------
 
 
@@ -285,12 +329,19 @@ class SglangNvfp4Backend:
     ``quantization/utils.py`` that ``ModelOptNvFp4FusedMoEMethod.process_weights_after_loading`` calls on this
     branch and that needs a GPU, replaced by a capture of its inputs (``None``: the branch runs whole on CPU);
     ``per_token_activation``: ``ModelOptFp4Config(use_per_token_activation=...)``, a ModelOpt checkpoint with
-    dynamic per-token activation scales (``SGLANG_FLASHINFER_NVFP4_PER_TOKEN_ACTIVATION``).
+    dynamic per-token activation scales (``SGLANG_FLASHINFER_NVFP4_PER_TOKEN_ACTIVATION``);
+    ``fc1_group``: the branch regroups a gated layer's FC1 rows (weights and block scales) into
+    ``fc1_group``-row ``[up; gate]`` groups before swizzling (CuteDSL's ``interleave_w13_halves``), read back
+    through the inverse (``reference.layouts.grouped_gate_up_interleave``); ``stand_ins``: functions the
+    branch imports when it runs and that need a GPU, ``(module, name)``, each replaced by a pass-through of
+    its first argument (:func:`stand_in_function`; their outputs are layouts the adapter does not read).
     """
 
     runner: str
     device_call: str | None
     per_token_activation: bool = False
+    fc1_group: int | None = None
+    stand_ins: tuple[tuple[str, str], ...] = ()
 
 
 NVFP4_BACKENDS: dict[Nvfp4MoeBackend, SglangNvfp4Backend] = {
@@ -305,8 +356,33 @@ NVFP4_BACKENDS: dict[Nvfp4MoeBackend, SglangNvfp4Backend] = {
     Nvfp4MoeBackend.FLASHINFER_TRTLLM_PER_TOKEN: SglangNvfp4Backend(
         "flashinfer_trtllm", "prepare_static_weights_for_trtllm_fp4_moe", per_token_activation=True
     ),
+    # the "CUTLASS processing" branch under _is_cutedsl_v2_standard (no DeepEP): interleave_w13_halves
+    # (64-row groups, ValueError unless each half is whole groups), swizzle_blockscale, then FlashInfer's
+    # convert_sf_to_mma_layout for CuteDslMoEWrapper (nvidia-cutlass-dsl, a CUDA build)
+    Nvfp4MoeBackend.FLASHINFER_CUTEDSL: SglangNvfp4Backend(
+        "flashinfer_cutedsl",
+        None,
+        fc1_group=64,
+        stand_ins=(("flashinfer.cute_dsl.utils", "convert_sf_to_mma_layout"),),
+    ),
 }
-"""The suite's NVFP4 MoE backends as SGLang runs them."""
+"""The suite's NVFP4 MoE backends as SGLang runs them (:data:`NVFP4_NOT_MAPPED`: those it has no path to)."""
+
+NVFP4_NOT_MAPPED: dict[Nvfp4MoeBackend, str] = {
+    Nvfp4MoeBackend.B12X: (
+        "SGLang 0.5.23 has no path to the b12x NVFP4 MoE: no MoeRunnerBackend member for it "
+        "(srt/layers/moe/utils.py) and no module of the release imports b12x"
+    ),
+    Nvfp4MoeBackend.VLLM_CUTLASS: (
+        "SGLang 0.5.23 has no path to vLLM's cutlass_moe_fp4: ModelOptNvFp4FusedMoEMethod.create_moe_runner "
+        "raises NotImplementedError for --moe-runner-backend cutlass ('not supported for NVFP4 MoE', "
+        "srt/layers/quantization/modelopt_quant.py), whose only MoE kernel is cutlass_fused_experts_fp8 "
+        "(srt/layers/moe/cutlass_moe.py); CutlassMoEType.BlockscaledFP4 (srt/layers/moe/cutlass_moe_params.py) "
+        "is referenced nowhere"
+    ),
+}
+"""The suite's NVFP4 MoE backends SGLang 0.5.23 cannot run, each with the source that shows it: they skip
+with that reason."""
 
 BLACKWELL = {"is_blackwell": True, "is_sm100": True, "is_cuda": True, "is_hip": False}
 """Platform facts of a B200 (SM100), where SGLang runs both NVFP4 FlashInfer backends."""
@@ -345,7 +421,7 @@ def nvfp4_fused_moe(
     size, under ``--moe-runner-backend`` :data:`NVFP4_BACKENDS` on a B200 (:func:`sglang_layer_context`): its
     constructor picks ``ModelOptNvFp4FusedMoEMethod``, whose ``create_weights`` rounds and allocates."""
     if backend not in NVFP4_BACKENDS:
-        raise LibraryUnavailable(f"the SGLang subject does not map NVFP4 MoE backend {backend.value} (NVFP4_BACKENDS)")
+        raise LibraryUnavailable(_not_mapped(backend))
     with sglang_layer_context(NVFP4_BACKENDS[backend].runner, BLACKWELL, tp, rank) as m:
         config = m.modelopt.ModelOptFp4Config(
             is_checkpoint_nvfp4_serialized=True,
@@ -403,13 +479,16 @@ class SglangNvfp4MoeAlignment:
 
     def align_moe(self, backend: Nvfp4MoeBackend, weights: MoeWeights, gated: bool) -> AlignedMoe:
         e, h, i = weights.w13.shape[0], weights.hidden_size, weights.intermediate_size
-        device_call = NVFP4_BACKENDS[backend].device_call if backend in NVFP4_BACKENDS else None
         with nvfp4_fused_moe(backend, e, h, i, gated) as (m, layer):
+            selection = NVFP4_BACKENDS[backend]
             load_nvfp4_checkpoint(layer, weights, gated)
-            if device_call is not None:
-                return self._captured(m, device_call, layer)
-            layer.quant_method.process_weights_after_loading(layer)
-            return self._cutlass(layer, h)
+            if selection.device_call is not None:
+                return self._captured(m, selection.device_call, layer)
+            with contextlib.ExitStack() as stack:
+                for module, name in selection.stand_ins:
+                    stack.enter_context(stand_in_function(module, name, _pass_through))
+                layer.quant_method.process_weights_after_loading(layer)
+            return self._cutlass(layer, h, selection.fc1_group if gated else None)
 
     @staticmethod
     def _captured(m: types.SimpleNamespace, device_call: str, layer: torch.nn.Module) -> AlignedMoe:
@@ -435,12 +514,18 @@ class SglangNvfp4MoeAlignment:
         return AlignedMoe(aligned, int(captured["ip"]), aligned.hidden_size)
 
     @staticmethod
-    def _cutlass(layer: torch.nn.Module, hidden: int) -> AlignedMoe:
-        w13, w2 = layer.w13_weight.detach(), layer.w2_weight.detach()
+    def _cutlass(layer: torch.nn.Module, hidden: int, fc1_group: int | None) -> AlignedMoe:
+        """The swizzled branch's buffers in the contract's form: scales through the inverse 128x4 swizzle, FC1
+        rows through the inverse ``fc1_group``-row regrouping where the branch regrouped them."""
+        w13, w2 = layer.w13_weight.detach().view(torch.uint8), layer.w2_weight.detach()
         rows, ip = w13.shape[1], 2 * w2.shape[2]
+        w13_scale = unswizzle_128x4(layer.w13_blockscale_swizzled.detach().view(torch.uint8), rows, hidden // 16)
+        if fc1_group is not None:
+            order = inverse_permutation(grouped_gate_up_interleave(rows, fc1_group))
+            w13, w13_scale = w13[:, order], w13_scale[:, order]
         aligned = MoeWeights(
             w13=w13,
-            w13_scale=unswizzle_128x4(layer.w13_blockscale_swizzled.detach().view(torch.uint8), rows, hidden // 16),
+            w13_scale=w13_scale,
             w2=w2,
             w2_scale=unswizzle_128x4(layer.w2_blockscale_swizzled.detach().view(torch.uint8), hidden, ip // 16),
             block=16,
@@ -591,7 +676,9 @@ class SglangMxfp4Backend:
     of its first argument (its input is what the adapter reports; the properties run the libraries'
     transforms themselves); ``fc1_layout``: the FC1 row order SGLang's post-load processing leaves in the
     buffer it hands those calls (read from the branch's source); ``stacked_via_quark``: stacked ``[gate; up]``
-    checkpoints on this backend are Quark OCP-MX ones, served by ``QuarkW4A4MXFp4MoE`` (:func:`quark_layer`).
+    checkpoints on this backend are Quark OCP-MX ones, served by ``QuarkW4A4MXFp4MoE`` (:func:`quark_layer`);
+    ``triton_kernels``: the branch hands the layer to triton_kernels' ``convert_layout`` (through
+    ``_swizzle_mxfp4``), read back by :func:`process_triton_kernels_layer`.
     """
 
     runner: str
@@ -600,6 +687,7 @@ class SglangMxfp4Backend:
     device_calls: tuple[tuple[str, str], ...]
     fc1_layout: Fc1Layout
     stacked_via_quark: bool = False
+    triton_kernels: bool = False
 
 
 MXFP4_BACKENDS: dict[Mxfp4MoeBackend, SglangMxfp4Backend] = {
@@ -654,8 +742,38 @@ MXFP4_BACKENDS: dict[Mxfp4MoeBackend, SglangMxfp4Backend] = {
         (("marlin_fp4", "prepare_moe_mxfp4_layer_for_marlin"),),
         Fc1Layout.GATE_UP,
     ),
+    # --moe-runner-backend triton_kernel on an SM90 GPU (what model_overrides/gpt_oss.py picks there):
+    # create_weights rounds I to 64 (has_triton_kernels), the hidden size stays; `if self.use_triton_kernels:`
+    # hands the checkpoint's rows to _swizzle_mxfp4, which pads the Hopper scale groups along K to whole
+    # 128-element tiles (_pad_hopper_mxfp4_scale, E8M0 127) before convert_layout. The kernel's swiglu reads
+    # gate/up pairs: every CUDA layer has bias buffers, so the runner takes triton_kernel_fused_experts_with_bias.
+    Mxfp4MoeBackend.TRITON_SM90: SglangMxfp4Backend(
+        "triton_kernel",
+        {"is_sm90": True, "is_sm100": False, "is_blackwell": False},
+        {"has_triton_kernels": True},
+        (),
+        Fc1Layout.GATE_UP_INTERLEAVED,
+        triton_kernels=True,
+    ),
 }
-"""The suite's MXFP4 MoE backends as SGLang selects and prepares them for ``Mxfp4MoEMethod``."""
+"""The suite's MXFP4 MoE backends as SGLang selects and prepares them for ``Mxfp4MoEMethod``
+(:data:`MXFP4_NOT_MAPPED`: those it has no path to)."""
+
+MXFP4_NOT_MAPPED: dict[Mxfp4MoeBackend, str] = {
+    Mxfp4MoeBackend.B12X: (
+        "SGLang 0.5.23 has no path to FlashInfer's b12x MXFP4 MoE: no module of the release imports b12x; "
+        "Mxfp4MoEMethod's SM120 branch (_fi_kernel 'cutlass_sm120', srt/layers/quantization/mxfp4.py) runs "
+        "cutlass_fused_moe with MXFP8 activations, a kernel the suite has no record for"
+    ),
+    Mxfp4MoeBackend.FLASHINFER_MOE_EP: (
+        "SGLang 0.5.23 feeds FlashInfer's MoE-EP DeepGEMM megakernel (DeepGemmMegaMoeConfig) only from "
+        "Fp8MoEMethod's FP4-expert path under --moe-a2a-backend flashinfer_megamoe "
+        "(prepare_fp4_moe_weights_for_flashinfer_megamoe, srt/layers/moe/flashinfer_megamoe.py; "
+        "srt/layers/quantization/fp8.py): the DeepSeek-V4 FP4 expert family, not Mxfp4MoEMethod"
+    ),
+}
+"""The suite's MXFP4 MoE backends the ``sglang`` subject does not run through ``Mxfp4MoEMethod``, each with the
+source that shows why: they skip with that reason."""
 
 GPT_OSS_PREFIX = "model.layers.0.mlp.experts"
 
@@ -756,7 +874,7 @@ def mxfp4_layer(
     Yields SGLang's modules and the layer, before post-load processing.
     """
     if backend not in MXFP4_BACKENDS:
-        raise LibraryUnavailable(f"the SGLang subject does not map MXFP4 MoE backend {backend.value} (MXFP4_BACKENDS)")
+        raise LibraryUnavailable(_not_mapped(backend))
     runner = MXFP4_BACKENDS[backend]
     e, h, i = checkpoint.w13.shape[0], checkpoint.hidden_size, checkpoint.intermediate_size
     interleaved = gpt_oss_family(checkpoint)
@@ -906,6 +1024,67 @@ def process_mxfp4_layer(
     return AlignedMoe(weights, weights.intermediate_size, weights.hidden_size)
 
 
+TRITON_KERNELS_STUBS = (
+    "triton_kernels",
+    "triton_kernels.matmul",
+    "triton_kernels.matmul_details",
+    "triton_kernels.matmul_details.opt_flags",
+    "triton_kernels.numerics",
+    "triton_kernels.tensor",
+    "triton_kernels.tensor_details",
+    "triton_kernels.tensor_details.layout",
+)
+"""The triton_kernels modules ``Mxfp4MoEMethod``'s triton_kernels branch imports (``_swizzle_mxfp4``,
+``process_weights_after_loading``)."""
+
+
+@contextlib.contextmanager
+def handed_to_triton_kernels(m: types.SimpleNamespace) -> Iterator[list[torch.Tensor]]:
+    """Run SGLang's triton_kernels preparation on the CPU, recording what it hands ``convert_layout``.
+
+    The modules of :data:`TRITON_KERNELS_STUBS` are stand-ins (triton_kernels is no PyPI package and its
+    layouts need a GPU): ``convert_layout`` appends the tensor it is given (weights ``[E, K/2, N]``, scales
+    ``[E, K/32, N]``, in ``_swizzle_mxfp4``'s order) to the yielded list and returns it; ``wrap_torch_tensor``,
+    the layout factories, ``update_opt_flags_constraints``, ``InFlexData``, ``PrecisionConfig`` and ``FlexCtx``
+    are inert; ``_mx_block_kwargs`` (the ``PrecisionConfig`` field probe) returns no keywords. So the scale
+    padding (``_pad_hopper_mxfp4_scale`` on SM90) and every transpose are SGLang's.
+    """
+    handed: list[torch.Tensor] = []
+    stubs = {name: types.ModuleType(name) for name in TRITON_KERNELS_STUBS}
+    stubs["triton_kernels.matmul"].FlexCtx = lambda **kwargs: None
+    stubs["triton_kernels.matmul"].PrecisionConfig = lambda **kwargs: None
+    stubs["triton_kernels.matmul_details.opt_flags"].update_opt_flags_constraints = lambda constraints: None
+    stubs["triton_kernels.numerics"].InFlexData = lambda *args, **kwargs: None
+    tensor = stubs["triton_kernels.tensor"]
+    tensor.FP4 = "fp4"
+    tensor.wrap_torch_tensor = lambda t, dtype=None: t
+    tensor.convert_layout = lambda t, layout, **opts: handed.append(t) or t
+    layout = stubs["triton_kernels.tensor_details.layout"]
+    layout.make_default_matmul_mxfp4_w_layout = lambda mx_axis: ("value", mx_axis)
+    layout.make_default_matmul_mxfp4_w_scale_layout = lambda mx_axis, num_warps: ("scale", mx_axis, num_warps)
+    for name in TRITON_KERNELS_STUBS:
+        parent, _, child = name.rpartition(".")
+        if parent:
+            setattr(stubs[parent], child, stubs[name])
+    with mock.patch.dict(sys.modules, stubs), mock.patch.object(m.mxfp4, "_mx_block_kwargs", dict):
+        yield handed
+
+
+def process_triton_kernels_layer(m: types.SimpleNamespace, layer: torch.nn.Module, biased: bool) -> AlignedMoe:
+    """The layer's ``Mxfp4MoEMethod.process_weights_after_loading`` on its triton_kernels branch
+    (:func:`handed_to_triton_kernels`): what SGLang hands ``convert_layout``, in the contract's form
+    (``adapters.triton_kernels.handed_weights``), with the fp32 biases it keeps on the layer."""
+    with handed_to_triton_kernels(m) as handed:
+        layer.quant_method.process_weights_after_loading(layer)
+    if len(handed) != 4:
+        raise SglangSourceMismatch(
+            f"Mxfp4MoEMethod's triton_kernels branch handed convert_layout {len(handed)} tensors, not 4"
+        )
+    b13, b2 = (getattr(layer, name).detach() if biased else None for name in ("w13_weight_bias", "w2_weight_bias"))
+    weights = tk.handed_weights(handed, b13, b2)
+    return AlignedMoe(weights, weights.intermediate_size, weights.hidden_size)
+
+
 def gpt_oss_family(weights: MoeWeights) -> bool:
     """Whether SGLang loads ``weights`` as a gpt-oss checkpoint: FC1 rows interleaved, or expert biases (SGLang's
     stacked MXFP4 models, Kimi-K3 and MiniMax-M3, have none, and its per-expert loader reads a 1-D
@@ -938,14 +1117,14 @@ class SglangMxfp4MoeAlignment:
         if not gated:
             raise UnsupportedConfig("SGLang's MXFP4 MoE methods run gated experts only")
         if backend not in MXFP4_BACKENDS:
-            raise LibraryUnavailable(
-                f"the SGLang subject does not map MXFP4 MoE backend {backend.value} (MXFP4_BACKENDS)"
-            )
+            raise LibraryUnavailable(_not_mapped(backend))
         runner = MXFP4_BACKENDS[backend]
         if runner.stacked_via_quark and not gpt_oss_family(weights):
             with quark_layer(weights) as (m, layer):
                 return process_mxfp4_layer(m, layer, QUARK_DEVICE_CALLS, Fc1Layout.GATE_UP, False)
         with mxfp4_layer(backend, weights) as (m, layer):
+            if runner.triton_kernels:
+                return process_triton_kernels_layer(m, layer, weights.w13_bias is not None)
             return process_mxfp4_layer(m, layer, runner.device_calls, runner.fc1_layout, weights.w13_bias is not None)
 
 
@@ -979,6 +1158,17 @@ def _hidden_not_128(shape: Any) -> bool:
 def _hidden_128_not_256(shape: Any) -> bool:
     """A hidden size that is a multiple of 128 but not of 256 (Nemotron-3-Nano's 2688)."""
     return shape.hidden % 128 == 0 and shape.hidden % 256 != 0
+
+
+def _gated_halves_not_64(shape: Any) -> bool:
+    """A gated NVFP4 layer whose gate/up halves are not whole 64-row groups (``2I % 128 != 0``)."""
+    return shape.gated and shape.intermediate % 64 != 0
+
+
+def _cutedsl_hidden_not_256(shape: Any) -> bool:
+    """A hidden size not a multiple of 256 that SGLang's CuteDSL branch reaches (it refuses gated layers with
+    partial 64-row groups first, :func:`_gated_halves_not_64`)."""
+    return shape.hidden % 256 != 0 and not _gated_halves_not_64(shape)
 
 
 def _small_n_asm_capable(config: Any) -> bool:
@@ -1027,6 +1217,32 @@ SGLANG_KNOWN_FAILURES: tuple[KnownFailure, ...] = (
         raises=AssertionError,
         match=r"The intermediate size required padding, but padding is also implemented for gated activations",
         backend=Nvfp4MoeBackend.FLASHINFER_CUTLASS.value,
+    ),
+    KnownFailure(
+        NVFP4_MOE,
+        "flashinfer_cutedsl: ModelOptNvFp4FusedMoEMethod.process_weights_after_loading regroups gated FC1 rows "
+        "with interleave_w13_halves(group_size=64) before any padding, which raises 'Expected split dim divisible "
+        "by group_size=64' when I/tp % 64 != 0 (Gemma-4-26B-A4B TP=4: 176); the CUTLASS branch's #30887 at the "
+        "step before it (issue closed as inactive; its fix PR #30888, open, pads each half before the CuteDSL "
+        "interleave too)",
+        "https://github.com/sgl-project/sglang/issues/30887",
+        applies=_gated_halves_not_64,
+        raises=ValueError,
+        match=r"Expected split dim divisible by group_size=64",
+        backend=Nvfp4MoeBackend.FLASHINFER_CUTEDSL.value,
+    ),
+    KnownFailure(
+        NVFP4_MOE,
+        "Disputed: SGLang runs NVFP4 CuteDSL MoE (flashinfer_cutedsl) with the hidden size unpadded, vLLM 0.33.0 "
+        "pads it to 256 for GEMM1's K tile, which has no tail predicate in the FlashInfer 0.7.2 both pin "
+        "(FlashInfer 0.7.4's gather kernel predicates K tails); settled by cute_dsl_fused_moe (w4a4) on a B200 "
+        "with FlashInfer 0.7.2 at H = 2688 (Nemotron-3-Nano) against the reference",
+        f"{SGLANG_SOURCE}/layers/quantization/modelopt_quant.py",
+        applies=_cutedsl_hidden_not_256,
+        raises=AssertionError,
+        match=r"hidden size \d+ is not a multiple of 256",
+        backend=Nvfp4MoeBackend.FLASHINFER_CUTEDSL.value,
+        check="check_flashinfer_accepts",
     ),
     *(
         KnownFailure(
@@ -1119,7 +1335,22 @@ SGLANG_KNOWN_FAILURES: tuple[KnownFailure, ...] = (
             backend=backend.value,
         )
         for backend, selection in MXFP4_BACKENDS.items()
-        if not selection.stacked_via_quark
+        if not selection.stacked_via_quark and not selection.triton_kernels
+    ),
+    KnownFailure(
+        MXFP4_MOE,
+        "triton_kernel: stacked [gate; up] MXFP4 experts (Kimi-K3, MiniMax-M3: per-expert w1/w3/w2 loading into "
+        "Mxfp4MoEMethod) do not load: FusedMoE._load_w13 / _load_w2 transpose every non-bias checkpoint tensor "
+        "when use_triton_kernels (the unquantized triton_kernels layout), but Mxfp4MoEMethod's buffers keep the "
+        "checkpoint's [E, N, K/2] orientation, so the copy raises; gpt-oss's fused loader (expert_id=None) is "
+        "not affected. Were it loaded, the branch would hand triton_kernels stacked halves where its swiglu reads "
+        "gate/up pairs; no guard keeps these models off --moe-runner-backend triton_kernel; found by this suite, "
+        "not reported upstream",
+        f"{SGLANG_SOURCE}/layers/moe/fused_moe_triton/layer.py",
+        applies=lambda config: config.form is CheckpointForm.STACKED and not config.bias,
+        raises=RuntimeError,
+        match=r"The size of tensor a \(\d+\) must match the size of tensor b \(\d+\)",
+        backend=Mxfp4MoeBackend.TRITON_SM90.value,
     ),
     *(
         KnownFailure(

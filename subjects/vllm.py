@@ -40,7 +40,7 @@ from unittest import mock
 
 import torch
 
-from adapters import aiter_triton
+from adapters import aiter_triton, triton_kernels
 from adapters import flashinfer_cutedsl as cutedsl
 from adapters.aiter import AiterUnavailable
 from backends import record, records
@@ -67,7 +67,6 @@ from reference.layouts import (
     swap_halves,
     unswizzle_128x4,
 )
-from reference.padding import pad_dim
 from reference.sizes import round_up
 from subjects.mxfp4_moe import BuiltinMxfp4MoeAlignment
 from subjects.registry import KnownFailure, Subject, register_subject
@@ -708,19 +707,7 @@ def triton_kernel_format(v: types.SimpleNamespace, weights: MoeWeights) -> MoeWe
         out = convert(oracle.Mxfp4MoeBackend.TRITON, layer, *args, *biases)
     if len(handed) != 4:
         raise VllmSourceMismatch(f"vLLM's TRITON conversion handed triton_kernels {len(handed)} tensors, not 4")
-    w13, s13, w2, s2 = (t.transpose(-2, -1).contiguous() for t in handed)
-    ip, hp = 32 * s2.shape[-1], 32 * s13.shape[-1]
-    w13_bias, w2_bias = (None if b is None else b.float() for b in out[4:6])
-    return MoeWeights(
-        w13=pad_dim(pad_dim(w13, -1, hp // 2), -2, 2 * ip),
-        w13_scale=pad_dim(s13, -2, 2 * ip),
-        w2=pad_dim(pad_dim(w2, -1, ip // 2), -2, hp),
-        w2_scale=pad_dim(s2, -2, hp),
-        block=32,
-        fc1_layout=Fc1Layout.GATE_UP_INTERLEAVED,
-        w13_bias=None if w13_bias is None else pad_dim(w13_bias, -1, 2 * ip),
-        w2_bias=None if w2_bias is None else pad_dim(w2_bias, -1, hp),
-    )
+    return triton_kernels.handed_weights(handed, *out[4:6])
 
 
 class VllmMxfp4MoeAlignment(BuiltinMxfp4MoeAlignment):

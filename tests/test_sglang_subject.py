@@ -14,13 +14,14 @@ import importlib
 
 import pytest
 import torch
-from hypothesis import given, settings
+from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 
 from backends.mxfp4_linear import AiterLinearPath
 from backends.mxfp4_moe import Mxfp4MoeBackend
 from backends.nvfp4_moe import Nvfp4MoeBackend
 from conformance import test_mxfp4_linear, test_mxfp4_moe, test_nvfp4_moe
+from contracts.errors import LibraryUnavailable
 from contracts.moe import MoeWeights
 from reference.formats import MxScaleRounding
 from reference.layouts import Fc1Layout, aiter_shuffle_weight, split_fc1, vllm_asm_scale_swizzle
@@ -104,6 +105,40 @@ def test_cutlass_aligned_layer_runs_the_real_swizzle() -> None:
     assert aligned.intermediate_size == shape.intermediate
     for name in ("w13", "w13_scale", "w2", "w2_scale"):
         assert torch.equal(getattr(aligned.weights, name).view(torch.uint8), getattr(case.weights, name)), name
+
+
+def test_cutedsl_aligned_layer_reads_back_through_the_regrouping() -> None:
+    """CuteDSL (``flashinfer_cutedsl``, v2 standard path): SGLang regroups gated FC1 into 64-row ``[up; gate]``
+    groups and swizzles the scales; read back through both inverses, a layer needing no padding is the
+    checkpoint's, byte for byte, and the hidden size stays unpadded."""
+    shape, case, aligned = _aligned("qwen3-30b-a3b", 4, Nvfp4MoeBackend.FLASHINFER_CUTEDSL)
+    assert shape.gated and shape.intermediate % 64 == 0
+    assert (aligned.intermediate_size, aligned.hidden_size) == (shape.intermediate, shape.hidden)
+    for name in ("w13", "w13_scale", "w2", "w2_scale"):
+        assert torch.equal(getattr(aligned.weights, name).view(torch.uint8), getattr(case.weights, name)), name
+
+
+def test_cutedsl_gated_split_is_refused_in_0_5_23() -> None:
+    """SGLang 0.5.23's ``interleave_w13_halves`` refuses gated halves that are not whole 64-row groups (Gemma-4
+    TP=4, I = 176); the ledger links SGLang #30887, whose fix PR #30888 pads each half first. Fails once that
+    lands; then update the ledger."""
+    with pytest.raises(ValueError, match="Expected split dim divisible by group_size=64"):
+        _aligned("gemma-4-26b-a4b", 4, Nvfp4MoeBackend.FLASHINFER_CUTEDSL)
+
+
+def test_cutedsl_non_gated_pads_to_128() -> None:
+    """A non-gated (ReLU2) layer goes through the CUTLASS branch's padding (rows the 128x4 swizzle adds are
+    zero-filled weights): I to 128, H unpadded."""
+    shape, _, aligned = _aligned("nemotron-3-nano-30b-a3b", 2, Nvfp4MoeBackend.FLASHINFER_CUTEDSL)
+    assert not shape.gated
+    assert aligned.intermediate_size == round_up(shape.intermediate, 128) and aligned.hidden_size == shape.hidden
+
+
+@pytest.mark.parametrize("backend", sorted(ss.NVFP4_NOT_MAPPED, key=lambda b: b.value))
+def test_unmapped_nvfp4_backends_skip_with_the_reason(backend: Nvfp4MoeBackend) -> None:
+    shape = pinned_shape("qwen3-30b-a3b", 4)
+    with pytest.raises(LibraryUnavailable, match=r"SGLang 0\.5\.23 has no path"):
+        NVFP4.align_moe(backend, moe_case(shape, 16).weights, shape.gated)
 
 
 LINEAR = ss.SglangQuarkMxfp4Linear()
@@ -201,6 +236,8 @@ def _mxfp4_weights(intermediate: int, hidden: int, layout: Fc1Layout, experts: i
         (Mxfp4MoeBackend.FLASHINFER_CUTLASS_SM90, 2880, 2880, (2944, 3072)),  # hidden: the ledger's 256
         (Mxfp4MoeBackend.AITER, 384, 3072, (512, 3072)),  # MiniMax-M3 TP8: 256 (AITER #5233)
         (Mxfp4MoeBackend.MARLIN, 288, 4096, (384, 4096)),  # DeepSeek-V4.1-Flash TP8: the ledger's 128
+        (Mxfp4MoeBackend.TRITON_SM90, 2880, 2880, (2944, 2944)),  # gpt-oss TP1: Hopper scale tiles of 128
+        (Mxfp4MoeBackend.TRITON_SM90, 736, 2880, (768, 2944)),  # gpt-oss TP4 rank 0: I to 64, K tiles of 128
     ],
 )
 def test_mxfp4_sizes_are_sglangs(
@@ -211,8 +248,25 @@ def test_mxfp4_sizes_are_sglangs(
     assert (aligned.intermediate_size, aligned.hidden_size) == want
 
 
-@pytest.mark.parametrize("backend", list(ss.MXFP4_BACKENDS))
-@pytest.mark.parametrize("layout", [Fc1Layout.GATE_UP_INTERLEAVED, Fc1Layout.GATE_UP])
+STACKED_TRITON_LOAD = pytest.mark.xfail(
+    raises=RuntimeError,
+    strict=True,
+    reason="SGLang 0.5.23: the per-expert loader transposes MXFP4 tensors under triton_kernel (the ledger's entry)",
+)
+
+
+@pytest.mark.parametrize(
+    ("backend", "layout"),
+    [
+        pytest.param(
+            b,
+            layout,
+            marks=[STACKED_TRITON_LOAD] if ss.MXFP4_BACKENDS[b].triton_kernels and not layout.interleaved else [],
+        )
+        for b in ss.MXFP4_BACKENDS
+        for layout in (Fc1Layout.GATE_UP_INTERLEAVED, Fc1Layout.GATE_UP)
+    ],
+)
 def test_mxfp4_post_load_keeps_pairs(backend: Mxfp4MoeBackend, layout: Fc1Layout) -> None:
     """After SGLang's loader and post-load processing, the rows read in the order SGLang states are the
     checkpoint's gate and up rows, each half's padding after it; FC2 keeps its corner."""
@@ -258,6 +312,7 @@ def test_mxfp4_loader_split_is_the_modelled_split(tp: int, backend: Mxfp4MoeBack
     buffer's fill) under gpt-oss's corner copy and 0 under the per-expert loader's zero-padded narrow.
     Every checkpoint channel lands on exactly one rank."""
     interleaved = layout is Fc1Layout.GATE_UP_INTERLEAVED
+    assume(interleaved or not ss.MXFP4_BACKENDS[backend].triton_kernels)  # stacked does not load there (the ledger)
     i, h = (GPT_OSS_I if interleaved else STACKED_I), 256
     ckpt = _mxfp4_weights(i, h, layout, seed=tp)
     per_rank = whole_block_split(i, tp, 32) if interleaved else (i // tp,) * tp
@@ -285,6 +340,35 @@ def test_mxfp4_loader_split_is_the_modelled_split(tp: int, backend: Mxfp4MoeBack
             assert torch.equal(dst[:, :h, : real // per], want), f"rank {rank} {name}"
         covered += real
     assert covered == i
+
+
+def test_triton_kernel_pads_hopper_scale_groups() -> None:
+    """``triton_kernel`` on SM90: SGLang's ``_swizzle_mxfp4`` pads each GEMM's scale groups along K to whole
+    128-element tiles with E8M0 127 (gpt-oss K = 2880: 90 groups -> 92), the weights keep their K (the kernel
+    masks them; the contract form zero-pads them), and the gpt-oss pairs and biases are the checkpoint's."""
+    weights = _mxfp4_weights(2880, 2880, Fc1Layout.GATE_UP_INTERLEAVED, seed=5)
+    out = MXFP4.align_moe(Mxfp4MoeBackend.TRITON_SM90, weights, True).weights
+    assert out.fc1_layout is Fc1Layout.GATE_UP_INTERLEAVED
+    assert out.w13_scale.shape[-1] == 92 and set(out.w13_scale[:, :5760, 90:].unique().tolist()) == {127}
+    assert out.w2_scale.shape[-1] == 92 and set(out.w2_scale[:, :2880, 90:].unique().tolist()) == {127}
+    assert not out.w13[:, :, 1440:].any() and not out.w2[:, :, 1440:].any()
+    for name in ("w13", "w13_scale", "w13_bias"):
+        src = getattr(weights, name)
+        assert torch.equal(getattr(out, name)[tuple(slice(0, n) for n in src.shape)], src), name
+
+
+def test_triton_kernel_stacked_checkpoint_does_not_load_in_0_5_23() -> None:
+    """SGLang 0.5.23 under ``triton_kernel``: ``FusedMoE._load_w13`` transposes the per-expert MXFP4 weight as if
+    it were an unquantized triton_kernels one, so a stacked (Kimi-K3 / MiniMax-M3 form) checkpoint fails to
+    load (found by this suite, the ledger has it). Fails once SGLang loads it; then update both."""
+    with pytest.raises(RuntimeError, match=r"The size of tensor a \(\d+\) must match"):
+        MXFP4.align_moe(Mxfp4MoeBackend.TRITON_SM90, _mxfp4_weights(384, 512, Fc1Layout.GATE_UP), True)
+
+
+@pytest.mark.parametrize("backend", sorted(ss.MXFP4_NOT_MAPPED, key=lambda b: b.value))
+def test_unmapped_mxfp4_backends_skip_with_the_reason(backend: Mxfp4MoeBackend) -> None:
+    with pytest.raises(LibraryUnavailable, match=r"SGLang 0\.5\.23 (has no path|feeds)"):
+        MXFP4.align_moe(backend, _mxfp4_weights(128, 256, Fc1Layout.GATE_UP_INTERLEAVED), True)
 
 
 def test_sm90_gpt_oss_loader_overflows_at_tp4_in_0_5_23() -> None:
