@@ -1,12 +1,16 @@
 """Contract ``moe_sharding``: every rank's shard of a checkpoint's FP4 experts, all ranks together.
 
 For a catalogued model's global MoE layer (or adversarial sizes whose even split cuts scale groups,
-gives ranks less than one group, or leaves the last ranks short or empty) at TP ∈ {1, 2, 4, 8, 16},
-NVFP4 or MXFP4 groups and a stacked or row-interleaved checkpoint, the policy under test splits
-the layer across ranks. Properties: every real element and scale lands on exactly one rank, in its
-place, with whole groups per rank (a split that would cut a group is refused with the policy's own
-error, never padded silently); and the ranks' partial MoE outputs sum to the unsharded layer's
-(empty ranks contribute exactly zero). Pinned: Gemma-4-26B-A4B at TP=8 (704/8 = 88 channels straddle
+gives ranks less than one group, or leaves the last ranks short or empty) at TP ∈ {1, 2, 4, 8, 16}
+x EP ∈ {1, 2, 4, 8, 16} (``tp·ep <= 16``, expert counts with ``E % ep != 0`` and ``E < ep``), NVFP4 or
+MXFP4 groups, a stacked or row-interleaved checkpoint, with or without gpt-oss-style biases, and a
+kernel backend of the format, the policy under test splits the layer across ranks. Properties:
+every expert lives on exactly one EP rank, held by all of its TP ranks; every real element, scale and
+bias lands on exactly one rank, in its place (at the rank's ``start`` buffer position), with whole
+groups per rank (a split that would cut a group is refused with the policy's own error, never
+padded silently); ``w2_bias`` is held whole by one TP rank of its expert's EP rank; and the
+ranks' partial MoE outputs, biases included, sum to the unsharded layer's (a rank without channels
+contributes at most the ``w2_bias`` it holds, a rank without experts exactly zero). Pinned: Gemma-4-26B-A4B at TP=8 (704/8 = 88 channels straddle
 16-groups, ``docs/vllm-logic.md §15``), gpt-oss-120b at TP=8 (2880 = 90 MXFP4 blocks over 8 ranks:
 12 blocks each, the last rank 6) and Qwen3-30B-A3B at TP=16 (768/16 = 48: 3 NVFP4 groups per rank).
 """
@@ -20,17 +24,17 @@ import pytest
 import torch
 from hypothesis import given
 
-from conformance.moe_checks import assert_embedded, assert_shapes, pad_rule
+from conformance.moe_checks import PadRule, assert_embedded, assert_shapes, pad_rule
 from contracts.errors import UnsupportedConfig
 from contracts.moe import AlignedMoe, MoeWeights, relayout_moe
-from contracts.moe_sharding import CONTRACT, MoeSharding, RankShard, ShardRefused
+from contracts.moe_sharding import CONTRACT, MoeSharding, RankShard, ShardRefused, rank_coordinates
 from harness.repro import check, record_event, run_check
 from reference.layouts import Fc1Layout, relayout_fc1, split_fc1
-from reference.moe import GateUpOrder, activate, route, routed_experts
+from reference.moe import GateUpOrder, activate, route
 from strategies.moe import MoeShape, Sharding
 from strategies.moe_sharding import ShardingConfig, pinned_sharding, sharding_configs
 from strategies.pins import pinned_examples
-from strategies.tensors import MoeCase, dequantize_moe, moe_case
+from strategies.tensors import MoeCase, dequantize_moe, generator, moe_case
 
 pytestmark = [pytest.mark.contract(CONTRACT)]
 
@@ -50,110 +54,224 @@ misplaced channel or scale (an O(1) relative error)."""
 
 
 def global_layer(config: ShardingConfig) -> MoeCase:
-    """The checkpoint's whole layer from ``config.seed``, FC1 rows in ``config.layout``."""
+    """The checkpoint's whole layer from ``config.seed``, FC1 rows in ``config.layout``; with
+    ``config.bias``, ``w13_bias [E, F·I]`` and ``w2_bias [E, H]`` drawn from ``seed + 1``: fp32 tensors of
+    bf16 values, as gpt-oss checkpoints store them (engines keep expert biases in bf16)."""
     shape = MoeShape(
         config.model, config.tp, False, 0, Sharding.NONE, config.intermediate, config.intermediate,
         config.hidden, config.hidden, config.activation, config.experts, config.top_k, config.tokens, config.seed,
     )  # fmt: skip
     case = moe_case(shape, config.block)
     stacked = replace(case.weights, fc1_layout=Fc1Layout.GATE_UP)
+    if config.bias:
+        g, rows = generator(config.seed + 1), stacked.w13.shape[1]
+        b13, b2 = (torch.randn(config.experts, n, generator=g).bfloat16().float() for n in (rows, config.hidden))
+        stacked = replace(stacked, w13_bias=b13, w2_bias=b2)
     weights = relayout_moe(stacked, config.layout) if config.gated else stacked
     return replace(case, weights=weights)
 
 
-def shard_checked(config: ShardingConfig, policy: MoeSharding, weights: MoeWeights) -> tuple[RankShard, ...] | None:
-    """The policy's shards; a refusal is accepted (None) only where an even split would cut a group. A
-    policy without a loader for the checkpoint's form (an engine that serves no such checkpoint) raises
-    :class:`~contracts.errors.UnsupportedConfig`: recorded as an event, not a verdict."""
+def expert_rows(weights: MoeWeights, experts: tuple[int, ...]) -> MoeWeights:
+    """``weights`` of the global experts ``experts`` (valid ids), in that order."""
+    ids = torch.tensor(experts, dtype=torch.long)
+    pick = {n: getattr(weights, n) for n in ("w13", "w13_scale", "w2", "w2_scale", "w13_bias", "w2_bias")}
+    return replace(weights, **{n: t.index_select(0, ids) for n, t in pick.items() if t is not None})
+
+
+def refusable(config: ShardingConfig) -> str | None:
+    """Why a policy may refuse ``config`` (None: it may not): an even TP split would cut a group, or
+    ``E % ep != 0`` (SGLang's ``FusedMoE`` asserts ``E % ep == 0``)."""
     part, rem = divmod(config.intermediate, config.tp)
-    cuts = rem != 0 or part % config.block != 0
+    if rem != 0 or part % config.block != 0:
+        return "an even split would cut a group"
+    if config.experts % config.ep_size:
+        return f"E = {config.experts} is not a multiple of EP = {config.ep_size}"
+    return None
+
+
+def shard_checked(config: ShardingConfig, policy: MoeSharding, weights: MoeWeights) -> tuple[RankShard, ...] | None:
+    """The policy's shards; a refusal is accepted (None) only where :func:`refusable`. A policy without a
+    loader for the checkpoint's form (an engine that serves no such checkpoint) raises
+    :class:`~contracts.errors.UnsupportedConfig`: recorded as an event, not a verdict."""
     try:
-        shards = tuple(policy.shard_moe(weights, config.gated, config.tp))
+        shards = tuple(
+            policy.shard_moe(weights, config.gated, config.tp, ep=config.ep_size, backend=config.kernel_backend)
+        )
     except UnsupportedConfig as exc:
         record_event(f"checkpoint form not served: {exc}")
         return None
     except ShardRefused as exc:
-        assert cuts, f"policy refused a split that keeps whole {config.block}-groups ({config.describe()}): {exc}"
-        record_event("refused (an even split would cut a group)")
+        why = refusable(config)
+        assert why, (
+            f"policy refused a split that keeps whole {config.block}-groups and experts ({config.describe()}): {exc}"
+        )
+        record_event(f"refused ({why})")
         return None
-    assert len(shards) == config.tp, f"policy returned {len(shards)} shards for TP={config.tp}"
+    assert len(shards) == config.ranks, f"policy returned {len(shards)} shards for TP={config.tp} x EP={config.ep_size}"
     return shards
 
 
-def fc1_parts(x: torch.Tensor, layout: Fc1Layout, gated: bool) -> dict[str, torch.Tensor]:
+def assert_placed(name: str, src: torch.Tensor, dst: torch.Tensor, dim: int, start: int, pad: PadRule) -> None:
+    """``src`` sits at position ``start`` of ``dst``'s dimension ``dim`` (and in the leading corner of the
+    others, :func:`~conformance.moe_checks.assert_embedded`); every other element satisfies ``pad``."""
+    front = dst.narrow(dim, 0, start)
+    bad = front[~pad.allowed(front)]
+    assert bad.numel() == 0, f"{name}: {bad.numel()} value(s) in front of the real channels are not {pad.what}"
+    assert_embedded(name, src, dst.narrow(dim, start, dst.shape[dim] - start), pad)
+
+
+def fc1_parts(x: torch.Tensor, layout: Fc1Layout, gated: bool, dim: int = -2) -> dict[str, torch.Tensor]:
     """FC1 rows by projection: ``gate`` and ``up`` of a gated layer, else the one ``FC1``."""
-    return dict(zip(("gate", "up"), split_fc1(x, layout), strict=True)) if gated else {"FC1": x}
+    return dict(zip(("gate", "up"), split_fc1(x, layout, dim), strict=True)) if gated else {"FC1": x}
+
+
+def assert_experts_placed(config: ShardingConfig, shards: tuple[RankShard, ...]) -> None:
+    """Every TP rank of an EP rank holds the same experts, and every expert lives on exactly one EP rank."""
+    owner: dict[int, int] = {}
+    for r, s in enumerate(shards):
+        ep_rank, tp_rank = rank_coordinates(r, config.tp)
+        lead = shards[ep_rank * config.tp]
+        assert s.experts == lead.experts, (
+            f"rank {r} (EP rank {ep_rank}, TP rank {tp_rank}) holds experts {list(s.experts)}, its TP rank 0 "
+            f"{list(lead.experts)}: the TP ranks of one EP rank split the same experts"
+        )
+        held = s.weights.w13.shape[0]
+        assert held == len(s.experts), f"rank {r} has {held} expert slots for experts {list(s.experts)}"
+        bad = [x for x in s.experts if not 0 <= x < config.experts]
+        assert not bad, f"rank {r} claims experts {bad} outside 0..{config.experts - 1} (-1: a slot holding none)"
+        if tp_rank:
+            continue
+        for x in s.experts:
+            assert x not in owner, f"expert {x} on EP ranks {owner[x]} and {ep_rank} (and the router sends it to one)"
+            owner[x] = ep_rank
+    lost = sorted(set(range(config.experts)) - set(owner))
+    assert not lost, f"experts {lost} are on no EP rank: tokens routed to them are dropped"
 
 
 @check(CONTRACT, ShardingConfig)
 def check_every_element_on_one_rank(config: ShardingConfig, backend: None, policy: MoeSharding) -> None:
-    """Ranks hold whole groups of consecutive channels that together cover the layer once; every rank's
-    FC1 rows (both projections), FC2 columns and scales are the checkpoint's at its channels, in place,
-    in the checkpoint's FC1 layout, padded per the pad rule to a buffer all ranks share."""
+    """Every expert lives on one EP rank, split by all of its TP ranks; within an EP rank the TP ranks hold
+    whole groups of consecutive channels that together cover the layer once; every rank's FC1 rows (both
+    projections), FC2 columns, scales and ``w13_bias`` are the checkpoint's at its experts and channels, at
+    buffer positions ``[start, start + real)``, in the checkpoint's FC1 layout, the rest padding per the pad
+    rule in a buffer all ranks share; each expert's ``w2_bias`` is held whole by one TP rank of its EP rank
+    and is zero on the others."""
     case = global_layer(config)
     src = case.weights
     shards = shard_checked(config, policy, src)
     if shards is None:
         return
+    assert_experts_placed(config, shards)
     g, buffers = config.block, {s.weights.intermediate_size for s in shards}
     assert len(buffers) == 1, f"ranks have different buffers {sorted(buffers)} (one parameter shape per layer)"
-    covered = 0
-    for r, s in sorted(enumerate(shards), key=lambda t: (t[1].offset, t[0])):
-        assert s.offset % g == 0 and s.real % g == 0, (
-            f"rank {r} holds channels [{s.offset}, {s.offset + s.real}), which cut a {g}-element scale group: "
-            "padding cannot repair a group straddle (docs/vllm-logic.md §15); refuse or split on whole groups"
-        )
-        assert s.offset == covered, (
-            f"rank {r} starts at channel {s.offset}; channels [{covered}, {s.offset}) are lost or doubled"
-        )
-        covered += s.real
-    assert covered == config.intermediate, f"ranks cover {covered} of {config.intermediate} channels"
-    for r, s in enumerate(shards):
-        w, o, n = s.weights, s.offset, s.real
-        assert_shapes(AlignedMoe(w, w.intermediate_size, config.hidden), config.experts, 2 if config.gated else 1)
-        assert w.fc1_layout is src.fc1_layout, f"rank {r}: FC1 rows relabelled {w.fc1_layout.value}"
-        for name in ("w13", "w13_scale"):
-            full, mine = (
-                fc1_parts(getattr(src, name), src.fc1_layout, config.gated),
-                fc1_parts(getattr(w, name), w.fc1_layout, config.gated),
+    (buffer,) = buffers
+    for ep_rank in range(config.ep_size):
+        group = shards[ep_rank * config.tp : (ep_rank + 1) * config.tp]
+        covered = 0
+        for t, s in sorted(enumerate(group), key=lambda item: (item[1].offset, item[0])):
+            r = ep_rank * config.tp + t
+            assert s.offset % g == 0 and s.real % g == 0 and s.start % g == 0, (
+                f"rank {r} holds channels [{s.offset}, {s.offset + s.real}) at buffer position {s.start}, which cut "
+                f"a {g}-element scale group: padding cannot repair a group straddle (docs/vllm-logic.md §15); "
+                "refuse or split on whole groups"
             )
+            assert s.offset == covered, (
+                f"rank {r} starts at channel {s.offset}; channels [{covered}, {s.offset}) are lost or doubled"
+            )
+            assert s.start >= 0 and s.start + s.real <= buffer, (
+                f"rank {r}: channels at [{s.start}, {s.start + s.real}) overrun its buffer of {buffer}"
+            )
+            covered += s.real
+        assert covered == config.intermediate, (
+            f"EP rank {ep_rank}'s TP ranks cover {covered} of {config.intermediate} channels"
+        )
+    w2_bias_holders: dict[int, list[int]] = {}
+    for r, s in enumerate(shards):
+        w, o, n, at = s.weights, s.offset, s.real, s.start
+        mine = expert_rows(src, s.experts)
+        assert_shapes(AlignedMoe(w, w.intermediate_size, config.hidden), len(s.experts), 2 if config.gated else 1)
+        assert w.fc1_layout is src.fc1_layout, f"rank {r}: FC1 rows relabelled {w.fc1_layout.value}"
+        for name in ("w13", "w13_scale", "w13_bias"):
+            if getattr(src, name) is None:
+                continue
+            assert getattr(w, name) is not None, f"rank {r} dropped the checkpoint's {name}"
+            dim = -1 if name == "w13_bias" else -2
+            full = fc1_parts(getattr(mine, name), src.fc1_layout, config.gated, dim)
+            held = fc1_parts(getattr(w, name), w.fc1_layout, config.gated, dim)
             for label in full:
-                assert_embedded(
-                    f"rank {r} {name} {label} rows", full[label][:, o : o + n], mine[label], pad_rule(name, g)
-                )
+                part = full[label].narrow(dim, o, n)
+                assert_placed(f"rank {r} {name} {label} rows", part, held[label], dim, at, pad_rule(name, g))
         for name, per in (("w2", 2), ("w2_scale", g)):
-            full = getattr(src, name)[..., o // per : (o + n) // per]
-            assert_embedded(f"rank {r} {name} columns", full, getattr(w, name), pad_rule(name, g))
-    record_event(f"{sum(s.real == 0 for s in shards)} empty rank(s), {len(buffers)} buffer size")
+            full = getattr(mine, name)[..., o // per : (o + n) // per]
+            assert_placed(f"rank {r} {name} columns", full, getattr(w, name), -1, at // per, pad_rule(name, g))
+        if src.w2_bias is not None:
+            assert w.w2_bias is not None, f"rank {r} dropped the checkpoint's w2_bias"
+            for slot, x in enumerate(s.experts):
+                if torch.equal(w.w2_bias[slot], mine.w2_bias[slot]):
+                    w2_bias_holders.setdefault(x, []).append(r)
+                else:
+                    assert not w.w2_bias[slot].any(), (
+                        f"rank {r} holds expert {x}'s w2_bias neither whole nor zero (w2_bias is added after the "
+                        "TP all-reduce sums the ranks: once per expert)"
+                    )
+    if src.w2_bias is not None:
+        for x in range(config.experts):
+            holders = w2_bias_holders.get(x, [])
+            assert len(holders) == 1, (
+                f"expert {x}'s w2_bias is held by ranks {holders}: the TP ranks' partial outputs are summed, so it "
+                f"must be added by exactly one of them ({len(holders)}x bias otherwise)"
+            )
+    empty = sum(s.real == 0 for s in shards), sum(not s.experts for s in shards)
+    record_event(f"{empty[0]} rank(s) without channels, {empty[1]} without experts, EP={config.ep_size}")
 
 
-def partial_output(w: MoeWeights, case: MoeCase, config: ShardingConfig) -> tuple[torch.Tensor, torch.Tensor]:
-    """fp64 ``(out, S)`` ``[T, H]`` of experts ``w``: ``out = Σ_j w_j·act(x W13ᵀ) W2ᵀ`` and the magnitude
-    ``S = Σ_j w_j·|act(x W13ᵀ)| |W2|ᵀ`` (no re-quantization: identical per channel on both sides)."""
-    w13, w2 = dequantize_moe(w, case.w13_decode, case.w2_decode)
-    if config.gated:
-        w13 = relayout_fc1(w13, w.fc1_layout, Fc1Layout.GATE_UP)
+def partial_output(
+    w: MoeWeights, experts: tuple[int, ...], case: MoeCase, config: ShardingConfig
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """fp64 ``(out, bias, S)`` ``[T, H]`` of the experts ``w`` (global ids ``experts``), for the tokens
+    routed to them: ``out = Σ_j w_j·act(x W13ᵀ + b13) W2ᵀ``, ``bias = Σ_j w_j·b2`` and the magnitude
+    ``S = Σ_j w_j·(|act(x W13ᵀ + b13)| |W2|ᵀ + |b2|)`` (no re-quantization: identical per channel on both
+    sides). Only routed experts are dequantized."""
     weights, ids = route(case.logits, config.top_k)
     x = case.x.double()
-    out = torch.zeros(x.shape, dtype=torch.float64)
-    mag = torch.zeros(x.shape, dtype=torch.float64)
-    for expert, tok, slot in routed_experts(ids):
-        a = activate(x[tok] @ w13[expert].double().T, config.activation, GateUpOrder.GATE_UP)
+    out, bias, mag = (torch.zeros(x.shape, dtype=torch.float64) for _ in range(3))
+    local = {e: slot for slot, e in enumerate(experts)}
+    routed = [e for e in ids.unique().tolist() if e in local]
+    if not routed:
+        return out, bias, mag
+    picked = expert_rows(w, tuple(local[e] for e in routed))
+    idx = torch.tensor(routed, dtype=torch.long)
+    w13, w2 = dequantize_moe(picked, case.w13_decode[idx], case.w2_decode[idx])
+    if config.gated:
+        w13 = relayout_fc1(w13, w.fc1_layout, Fc1Layout.GATE_UP)
+    b13 = None if picked.w13_bias is None else picked.w13_bias.double()
+    if b13 is not None and config.gated:
+        b13 = relayout_fc1(b13, w.fc1_layout, Fc1Layout.GATE_UP, -1)
+    for j, expert in enumerate(routed):
+        tok, slot = (ids == expert).nonzero(as_tuple=True)
+        hid = x[tok] @ w13[j].double().T
+        a = activate(hid if b13 is None else hid + b13[j], config.activation, GateUpOrder.GATE_UP)
         wj = weights[tok, slot, None].double()
-        out.index_add_(0, tok, wj * (a @ w2[expert].double().T))
-        mag.index_add_(0, tok, wj * (a.abs() @ w2[expert].double().abs().T))
-    return out, mag
+        out.index_add_(0, tok, wj * (a @ w2[j].double().T))
+        mag.index_add_(0, tok, wj * (a.abs() @ w2[j].double().abs().T))
+        if picked.w2_bias is not None:
+            b2 = picked.w2_bias[j].double()
+            bias.index_add_(0, tok, wj * b2)
+            mag.index_add_(0, tok, wj * b2.abs())
+    return out, bias, mag
 
 
 @check(CONTRACT, ShardingConfig)
 def check_ranks_sum_to_layer(config: ShardingConfig, backend: None, policy: MoeSharding) -> None:
-    """The TP ranks' partial MoE outputs sum to the unsharded layer's output (within
-    :data:`SUM_TOLERANCE` of its magnitude); an empty rank's partial output is exactly zero."""
+    """The TP x EP ranks' partial MoE outputs (biases included) sum to the unsharded layer's output
+    (within :data:`SUM_TOLERANCE` of its magnitude); a rank without channels contributes nothing but
+    the ``w2_bias`` it holds, a rank without experts exactly zero."""
     case = global_layer(config)
     shards = shard_checked(config, policy, case.weights)
     if shards is None:
         return
-    want, mag = partial_output(case.weights, case, config)
+    out, bias, mag = partial_output(case.weights, tuple(range(config.experts)), case, config)
+    want = out + bias
     got = torch.zeros_like(want)
     halves = 2 if config.gated else 1
     for r, s in enumerate(shards):
@@ -162,17 +280,21 @@ def check_ranks_sum_to_layer(config: ShardingConfig, backend: None, policy: MoeS
             f"rank {r}'s buffer of {buffer} channels is not a whole number of {g}-element groups: its FC2 scales "
             f"cover {buffer // g * g} of them, so its channels and scales cannot line up (docs/vllm-logic.md §15)"
         )
-        assert_shapes(AlignedMoe(s.weights, buffer, config.hidden), config.experts, halves)
-        part, _ = partial_output(s.weights, case, config)
-        assert s.real > 0 or not part.any(), f"empty rank {r} contributes {part.abs().max().item():.4g}"
-        got += part
+        assert_shapes(AlignedMoe(s.weights, buffer, config.hidden), len(s.experts), halves)
+        assert len(set(s.experts)) == len(s.experts) and all(0 <= x < config.experts for x in s.experts), (
+            f"rank {r} claims experts {list(s.experts)} of 0..{config.experts - 1}"
+        )
+        part, part_bias, _ = partial_output(s.weights, s.experts, case, config)
+        assert s.real > 0 or not part.any(), f"rank {r} without channels contributes {part.abs().max().item():.4g}"
+        got += part + part_bias
     err = (got - want).abs()
     bad = err > SUM_TOLERANCE * mag
     assert not bad.any(), (
-        f"the {config.tp} ranks' partial outputs do not sum to the layer's: max |diff| = {err.max().item():.4g} "
-        f"(max |out| = {want.abs().max().item():.4g}) at {int(bad.sum())} of {bad.numel()} elements"
+        f"the {config.ranks} ranks' partial outputs do not sum to the layer's: max |diff| = {err.max().item():.4g} "
+        f"(max |out| = {want.abs().max().item():.4g}, max |bias part| = {bias.abs().max().item():.4g}) at "
+        f"{int(bad.sum())} of {bad.numel()} elements"
     )
-    record_event(f"TP={config.tp}: {math.ceil(config.intermediate / config.block)} groups")
+    record_event(f"TP={config.tp} EP={config.ep_size}: {math.ceil(config.intermediate / config.block)} groups")
 
 
 @given(config=sharding_configs())

@@ -66,3 +66,19 @@ def padded_split(size: int, tp: int, multiple: int) -> tuple[int, ...]:
     require(size % tp == 0, f"size {size} does not split evenly over {tp} ranks")
     per_rank = round_up(size // tp, multiple)
     return tuple(max(0, min(per_rank, size - r * per_rank)) for r in range(tp))
+
+
+def expert_blocks(experts: int, ep: int) -> tuple[tuple[int, ...], ...]:
+    """The global experts each of ``ep`` expert-parallel ranks holds: contiguous blocks in rank order,
+    ``⌊E/ep⌋`` each and one more on the first ``E % ep`` ranks (ranks hold none when ``E < ep``).
+
+    vLLM's ``determine_expert_map`` ("linear" placement, vLLM 0.33.0
+    ``model_executor/layers/fused_moe/expert_map_manager.py``): rank ``r`` holds
+    ``[r·⌊E/ep⌋ + min(r, E % ep), …)``; with ``E % ep == 0`` (which SGLang's ``FusedMoE`` asserts) it is
+    SGLang's ``[r·E/ep, (r+1)·E/ep)``.
+    """
+    require(ep >= 1, f"expert-parallel degree must be >= 1, got {ep}")
+    require(experts >= 0, f"expert count must be >= 0, got {experts}")
+    base, rem = divmod(experts, ep)
+    starts = [r * base + min(r, rem) for r in range(ep + 1)]
+    return tuple(tuple(range(starts[r], starts[r + 1])) for r in range(ep))

@@ -1,4 +1,4 @@
-"""Hypothesis strategies for the ``moe_sharding`` contract: a checkpoint's global MoE layer and a TP degree.
+"""Hypothesis strategies for the ``moe_sharding`` contract: a checkpoint's global MoE layer and a TP x EP degree.
 
 The intermediate size is the model's global one (catalogued models at TP ∈ {1, 2, 4, 8, 16}) or
 adversarial: a whole number of groups, drawn so that even splits cut groups, ranks hold less
@@ -6,6 +6,19 @@ than one group, and the last ranks of a whole-block split are short or empty (2-
 make a short last non-empty rank likely). The hidden size
 is reduced as in :mod:`strategies.moe` (the split does not touch it). The scale group is 16
 (NVFP4) or 32 (MXFP4); the checkpoint's FC1 rows are stacked ``[gate; up]`` or row-interleaved.
+
+Expert parallelism: ``ep_size`` ∈ {1, 2, 4, 8, 16} with ``tp·ep_size <=`` :data:`MAX_RANKS`; the expert
+count ``E`` is 1-2 without EP and ``1 … 2·ep_size`` with it, so ``E % ep != 0`` (uneven blocks) and
+``E < ep`` (EP ranks holding no expert) are both common. Biases (gpt-oss-style ``w13_bias`` /
+``w2_bias``) are drawn on or off for MXFP4 (NVFP4 ModelOpt expert checkpoints carry none: vLLM 0.33.0's
+``ModelOptNvFp4FusedMoE.create_weights`` allocates no bias), and the kernel backend whose layer loads the shard from the block's
+format's backends (``Nvfp4MoeBackend`` / ``Mxfp4MoeBackend``, the ``nvfp4_moe`` / ``mxfp4_moe``
+contracts' backends).
+
+Shrinking: the block goes to NVFP4, TP and EP to 1, the layer to a catalogued model (the first by name)
+or to one group, then the layout to stacked, ``E`` to 1, biases off, the backend to the enum's first
+member, ``top_k`` to 1, tokens to 1 and the seed to 0: a failure that needs EP keeps the smallest
+``ep_size`` and ``E`` that show it.
 """
 
 from __future__ import annotations
@@ -14,6 +27,8 @@ from dataclasses import dataclass
 
 from hypothesis import strategies as st
 
+from backends.mxfp4_moe import Mxfp4MoeBackend
+from backends.nvfp4_moe import Nvfp4MoeBackend
 from reference.formats import MXFP4_BLOCK, NVFP4_BLOCK
 from reference.layouts import Fc1Layout
 from reference.moe import Activation
@@ -23,11 +38,23 @@ from strategies.moe import ACTIVATIONS, reduce_size
 from strategies.pins import current_pin
 
 CHECKPOINT_LAYOUTS = (Fc1Layout.GATE_UP, Fc1Layout.GATE_UP_INTERLEAVED)
+EP_DEGREES = (1, 2, 4, 8, 16)
+MAX_RANKS = 16
+"""Largest ``tp·ep`` drawn (two 8-GPU nodes): every rank's shard is built and its partial output computed."""
+MAX_TOP_K = 4
+
+
+def format_backends(block: int) -> tuple[Nvfp4MoeBackend, ...] | tuple[Mxfp4MoeBackend, ...]:
+    """The kernel backends of the format with ``block``-element groups (the ``nvfp4_moe`` / ``mxfp4_moe``
+    contracts' ``backends``)."""
+    return tuple(Nvfp4MoeBackend) if block == NVFP4_BLOCK else tuple(Mxfp4MoeBackend)
 
 
 @dataclass(frozen=True)
 class ShardingConfig(Config):
-    """A global MoE layer of ``model`` (``intermediate`` channels, all of them) split ``tp`` ways."""
+    """A global MoE layer of ``model`` (``intermediate`` channels, all of them, ``experts`` experts) split
+    over ``tp`` x ``ep_size`` ranks, loaded for kernel ``backend`` (an enum value of the block's format;
+    None: the policy's default), with biases when ``bias``."""
 
     model: str
     tp: int
@@ -40,26 +67,45 @@ class ShardingConfig(Config):
     top_k: int
     tokens: int
     seed: int
+    ep_size: int = 1
+    backend: str | None = None
+    bias: bool = False
 
     @property
     def gated(self) -> bool:
         return self.activation.gated
 
+    @property
+    def expert_parallel(self) -> bool:
+        """Whether experts are split over more than one EP rank (what ``--ep`` pins)."""
+        return self.ep_size > 1
+
+    @property
+    def ranks(self) -> int:
+        return self.tp * self.ep_size
+
+    @property
+    def kernel_backend(self) -> Nvfp4MoeBackend | Mxfp4MoeBackend | None:
+        """``backend`` as its format's enum member."""
+        return None if self.backend is None else type(format_backends(self.block)[0])(self.backend)
+
     def describe(self) -> str:
         fmt = "NVFP4" if self.block == NVFP4_BLOCK else "MXFP4"
         return (
-            f"{self.model} TP={self.tp}: global I={self.intermediate}, H={self.hidden}, {fmt} ({self.block}-groups), "
-            f"FC1 {self.layout.value}, {self.activation}, E={self.experts} top-{self.top_k} T={self.tokens} "
-            f"seed={self.seed}"
+            f"{self.model} TP={self.tp} EP={self.ep_size}: global I={self.intermediate}, H={self.hidden}, {fmt} ({self.block}-groups), "
+            f"FC1 {self.layout.value}, {self.activation}, E={self.experts} top-{self.top_k} T={self.tokens}, "
+            f"{'biases' if self.bias else 'no biases'}, backend {self.backend} seed={self.seed}"
         )
 
 
 @st.composite
 def sharding_configs(draw: st.DrawFn) -> ShardingConfig:
-    """A :class:`ShardingConfig` (honours ``--model`` / ``--tp``)."""
+    """A :class:`ShardingConfig` (honours ``--model`` / ``--tp`` / ``--ep``)."""
     pin = current_pin()
     block = draw(st.sampled_from((NVFP4_BLOCK, MXFP4_BLOCK)))
     tp = pin.tp if pin.tp is not None else draw(st.sampled_from(TP_DEGREES))
+    eps = [d for d in EP_DEGREES if tp * d <= MAX_RANKS and pin.ep in (None, d > 1)] or [1]
+    ep = draw(st.sampled_from(eps))
     if pin.model is None and draw(st.booleans()):
         name, hidden = "adversarial", 32 * draw(st.integers(1, 16))
         # groups: up to two per rank (ranks smaller than a group, empty last ranks), 2-4 per rank (a
@@ -73,7 +119,9 @@ def sharding_configs(draw: st.DrawFn) -> ShardingConfig:
         if intermediate % block:
             block = NVFP4_BLOCK
     layout = draw(st.sampled_from(CHECKPOINT_LAYOUTS)) if activation.gated else Fc1Layout.GATE_UP
-    experts = draw(st.integers(1, 2))
+    experts = draw(st.integers(1, 2 * ep))
+    bias = block == MXFP4_BLOCK and draw(st.booleans())
+    backend = draw(st.sampled_from(format_backends(block))).value
     return ShardingConfig(
         model=name,
         tp=tp,
@@ -83,15 +131,19 @@ def sharding_configs(draw: st.DrawFn) -> ShardingConfig:
         layout=layout,
         activation=activation,
         experts=experts,
-        top_k=draw(st.integers(1, experts)),
+        top_k=draw(st.integers(1, min(experts, MAX_TOP_K))),
         tokens=draw(st.integers(1, 4)),
         seed=draw(st.integers(0, 2**16)),
+        ep_size=ep,
+        backend=backend,
+        bias=bias,
     )
 
 
-def pinned_sharding(model: str, tp: int, block: int = NVFP4_BLOCK) -> ShardingConfig:
-    """A catalogued model's layer at one TP degree (for ``@example`` pins)."""
+def pinned_sharding(model: str, tp: int, block: int = NVFP4_BLOCK, *, ep: int = 1, experts: int = 2) -> ShardingConfig:
+    """A catalogued model's layer at one TP x EP degree (for ``@example`` pins), without biases."""
     m = MODELS[model]
     return ShardingConfig(
-        m.name, tp, m.moe_intermediate, reduce_size(m.hidden), block, Fc1Layout.GATE_UP, m.activation, 2, 2, 3, 0
-    )
+        m.name, tp, m.moe_intermediate, reduce_size(m.hidden), block, Fc1Layout.GATE_UP, m.activation, experts,
+        2, 3, 0, ep_size=ep,
+    )  # fmt: skip

@@ -1,40 +1,63 @@
 """Subjects of the ``moe_sharding`` contract (:mod:`contracts.moe_sharding`): splitting a checkpoint's
-FP4 experts across tensor-parallel ranks.
+FP4 experts across TP x EP ranks.
 
-The built-in policy splits evenly where that keeps whole groups, else in whole blocks per rank with
-short or empty last ranks (as the gpt-oss loader does); known-bad ones cut groups (each tensor narrowed
-by its own stride, scale offsets rounded up), refuse whole-group shares narrower than a 128-wide block,
-split the fused FC1 tensor as one block, or pad a short rank's fused FC1 block at its end.
+The built-in policy places experts in contiguous blocks over the EP ranks (``reference.sizes.expert_blocks``,
+vLLM's linear placement) and splits each EP rank's experts over its TP ranks evenly where that keeps whole
+groups, else in whole blocks per rank with short or empty last ranks (as the gpt-oss loader does).
+Known-bad ones cut groups (each tensor narrowed by its own stride, scale offsets rounded up), refuse
+whole-group shares narrower than a 128-wide block, split the fused FC1 tensor as one block, or pad a
+short rank's fused FC1 block at its end.
 """
 
 from __future__ import annotations
 
-from dataclasses import replace
+from collections.abc import Sequence
+from dataclasses import dataclass, replace
 
 import torch
 
 from contracts.moe import MoeWeights
-from contracts.moe_sharding import CONTRACT, MoeSharding, RankShard, ShardRefused
+from contracts.moe_sharding import CONTRACT, MoeSharding, RankShard, ShardRefused, rank_coordinates
 from reference.layouts import join_fc1, split_fc1
 from reference.padding import pad_dim
-from reference.sizes import whole_block_split
+from reference.sizes import expert_blocks, whole_block_split
 from subjects.moe_bugs import pad_fused_block_at_end
 from subjects.registry import Subject, register_contract, register_subject
 
+FIELDS = ("w13", "w13_scale", "w2", "w2_scale", "w13_bias", "w2_bias")
+"""The :class:`~contracts.moe.MoeWeights` tensors, each with experts in dim 0."""
 
-def take_channels(weights: MoeWeights, gated: bool, offset: int, real: int, buffer: int, rank: int) -> MoeWeights:
+
+def select_experts(weights: MoeWeights, experts: Sequence[int]) -> MoeWeights:
+    """``weights`` of the global experts ``experts`` only, in that order (none: an empty expert dimension)."""
+    ids = torch.tensor(list(experts), dtype=torch.long)
+    picked = {n: getattr(weights, n) for n in FIELDS if getattr(weights, n) is not None}
+    return replace(weights, **{n: t.index_select(0, ids) for n, t in picked.items()})
+
+
+def place(x: torch.Tensor, dim: int, start: int, size: int) -> torch.Tensor:
+    """``x`` at positions ``[start, start + n)`` of ``dim`` grown to ``size``, zeros elsewhere."""
+    front = list(x.shape)
+    front[dim] = start
+    return pad_dim(torch.cat((x.new_zeros(front), x), dim=dim), dim, size)
+
+
+def take_channels(
+    weights: MoeWeights, gated: bool, offset: int, real: int, buffer: int, tp_rank: int, start: int = 0
+) -> MoeWeights:
     """Channels ``[offset, offset + real)`` of ``weights`` (both FC1 projections, FC2 columns, scales and
-    ``w13_bias``) zero-padded to ``buffer`` channels; ``w2_bias`` on rank 0 only."""
+    ``w13_bias``) at buffer positions ``[start, start + real)`` of ``buffer`` zero-padded channels;
+    ``w2_bias`` on TP rank 0 only (zeros on the others)."""
     block = weights.block
     layout = weights.fc1_layout
 
     def fc1(x: torch.Tensor, dim: int) -> torch.Tensor:
         halves = split_fc1(x, layout, dim) if gated else (x,)
-        parts = [pad_dim(h.narrow(dim, offset, real), dim, buffer) for h in halves]
+        parts = [place(h.narrow(dim, offset, real), dim, start, buffer) for h in halves]
         return join_fc1(*parts, layout, dim) if gated else parts[0]
 
     def fc2(x: torch.Tensor, per: int) -> torch.Tensor:
-        return pad_dim(x[..., offset // per : (offset + real) // per], -1, buffer // per)
+        return place(x[..., offset // per : (offset + real) // per], -1, start // per, buffer // per)
 
     return MoeWeights(
         w13=fc1(weights.w13, -2),
@@ -44,7 +67,7 @@ def take_channels(weights: MoeWeights, gated: bool, offset: int, real: int, buff
         block=block,
         fc1_layout=layout,
         w13_bias=None if weights.w13_bias is None else fc1(weights.w13_bias, -1),
-        w2_bias=None if weights.w2_bias is None else weights.w2_bias * (1 if rank == 0 else 0),
+        w2_bias=None if weights.w2_bias is None else weights.w2_bias * (1 if tp_rank == 0 else 0),
     )
 
 
@@ -57,20 +80,42 @@ def split_sizes(size: int, tp: int, block: int) -> tuple[int, ...]:
     return whole_block_split(size, tp, block)
 
 
-def shards_of(weights: MoeWeights, gated: bool, sizes: tuple[int, ...]) -> tuple[RankShard, ...]:
-    """The shards of consecutive channel ranges of ``sizes`` (buffer: the largest)."""
+def shards_of(
+    weights: MoeWeights, gated: bool, sizes: tuple[int, ...], experts: tuple[int, ...]
+) -> tuple[RankShard, ...]:
+    """The TP shards of consecutive channel ranges of ``sizes`` (buffer: the largest) of one EP rank's
+    experts ``weights`` (global ids ``experts``)."""
     buffer, offsets = max(sizes), [sum(sizes[:r]) for r in range(len(sizes))]
     return tuple(
-        RankShard(take_channels(weights, gated, o, n, buffer, r), o, n)
+        RankShard(take_channels(weights, gated, o, n, buffer, r), o, n, experts)
         for r, (o, n) in enumerate(zip(offsets, sizes, strict=True))
     )
 
 
 class BuiltinMoeSharding:
-    """Correct policy: :func:`split_sizes`, consecutive ranges in rank order."""
+    """Correct policy: experts in contiguous blocks over the EP ranks (:meth:`place_experts`), each EP
+    rank's experts split over its TP ranks by :func:`split_sizes` in consecutive ranges (:meth:`split_channels`),
+    real channels from buffer position 0. The split does not depend on the backend (its buffer padding is
+    the ``nvfp4_moe`` / ``mxfp4_moe`` contracts' business)."""
 
-    def shard_moe(self, weights: MoeWeights, gated: bool, tp: int) -> tuple[RankShard, ...]:
-        return shards_of(weights, gated, split_sizes(weights.intermediate_size, tp, weights.block))
+    def place_experts(self, experts: int, ep: int) -> tuple[tuple[int, ...], ...]:
+        """The global experts of each EP rank: :func:`reference.sizes.expert_blocks`."""
+        return expert_blocks(experts, ep)
+
+    def split_channels(
+        self, weights: MoeWeights, gated: bool, tp: int, experts: tuple[int, ...]
+    ) -> tuple[RankShard, ...]:
+        """The ``tp`` shards of one EP rank's experts ``weights`` (global ids ``experts``)."""
+        return shards_of(weights, gated, split_sizes(weights.intermediate_size, tp, weights.block), experts)
+
+    def shard_moe(
+        self, weights: MoeWeights, gated: bool, tp: int, *, ep: int = 1, backend=None
+    ) -> tuple[RankShard, ...]:
+        return tuple(
+            shard
+            for ids in self.place_experts(weights.w13.shape[0], ep)
+            for shard in self.split_channels(select_experts(weights, ids), gated, tp, ids)
+        )
 
 
 class EvenSplitCutsGroups(BuiltinMoeSharding):
@@ -79,7 +124,9 @@ class EvenSplitCutsGroups(BuiltinMoeSharding):
     the straddled group's scale to channels of the next group (and a rank smaller than one group
     shares its group's scale with its neighbours)."""
 
-    def shard_moe(self, weights: MoeWeights, gated: bool, tp: int) -> tuple[RankShard, ...]:
+    def split_channels(
+        self, weights: MoeWeights, gated: bool, tp: int, experts: tuple[int, ...]
+    ) -> tuple[RankShard, ...]:
         size, block = weights.intermediate_size, weights.block
         if size % tp:
             raise ShardRefused(f"intermediate size {size} is not divisible by TP={tp}")
@@ -91,7 +138,7 @@ class EvenSplitCutsGroups(BuiltinMoeSharding):
             w = take_channels(weights, gated, offset, part, buffer, r)
             first = offset // block
             scales = pad_dim(weights.w2_scale[..., first : first + buffer // block], -1, buffer // block)
-            shards.append(RankShard(replace(w, w2_scale=scales), offset, part))
+            shards.append(RankShard(replace(w, w2_scale=scales), offset, part, experts))
         return tuple(shards)
 
 
@@ -100,8 +147,10 @@ class FusedBlockSplit(BuiltinMoeSharding):
     merged tensor instead of per projection): with stacked ``[gate; up]`` rows, rank 0 gets gate rows
     only and the last rank up rows only, each read as ``[gate; up]`` of half as many channels."""
 
-    def shard_moe(self, weights: MoeWeights, gated: bool, tp: int) -> tuple[RankShard, ...]:
-        shards = super().shard_moe(weights, gated, tp)
+    def split_channels(
+        self, weights: MoeWeights, gated: bool, tp: int, experts: tuple[int, ...]
+    ) -> tuple[RankShard, ...]:
+        shards = super().split_channels(weights, gated, tp, experts)
         if not gated:
             return shards
         out = []
@@ -118,7 +167,7 @@ class FusedBlockSplit(BuiltinMoeSharding):
                 w13_scale=block_rows(weights.w13_scale, -2),
                 w13_bias=None if b13 is None else block_rows(b13, -1),
             )
-            out.append(RankShard(w, s.offset, s.real))
+            out.append(RankShard(w, s.offset, s.real, experts))
         return tuple(out)
 
 
@@ -133,7 +182,9 @@ class ScalesOwnStride(BuiltinMoeSharding):
     is narrowed by its own size / tp, so rank ``r`` holds channels ``[r·I/tp, (r+1)·I/tp)`` but FC2 scale
     groups ``[r·⌊I/(g·tp)⌋, (r+1)·⌊I/(g·tp)⌋)``, in a buffer of ``I/tp`` channels."""
 
-    def shard_moe(self, weights: MoeWeights, gated: bool, tp: int) -> tuple[RankShard, ...]:
+    def split_channels(
+        self, weights: MoeWeights, gated: bool, tp: int, experts: tuple[int, ...]
+    ) -> tuple[RankShard, ...]:
         size = weights.intermediate_size
         if size % tp:
             raise ShardRefused(f"intermediate size {size} is not divisible by TP={tp}")
@@ -143,7 +194,7 @@ class ScalesOwnStride(BuiltinMoeSharding):
         for r in range(tp):
             w = take_channels(fc1_only, gated, r * part, part, part, r)
             w2, w2_scale = (own_stride(getattr(weights, name), tp, r) for name in ("w2", "w2_scale"))
-            shards.append(RankShard(replace(w, w2=w2, w2_scale=w2_scale), r * part, part))
+            shards.append(RankShard(replace(w, w2=w2, w2_scale=w2_scale), r * part, part, experts))
         return tuple(shards)
 
 
@@ -153,7 +204,9 @@ class CeilScaleOffsets(BuiltinMoeSharding):
     rounded up independently. Ranks whose share is smaller than (or not a multiple of) a group then read
     their neighbour's scales or run past the last group (``narrow`` raises)."""
 
-    def shard_moe(self, weights: MoeWeights, gated: bool, tp: int) -> tuple[RankShard, ...]:
+    def split_channels(
+        self, weights: MoeWeights, gated: bool, tp: int, experts: tuple[int, ...]
+    ) -> tuple[RankShard, ...]:
         size, block = weights.intermediate_size, weights.block
         if size % tp:
             raise ShardRefused(f"intermediate size {size} is not divisible by TP={tp}")
@@ -163,7 +216,7 @@ class CeilScaleOffsets(BuiltinMoeSharding):
         for r in range(tp):
             w = take_channels(weights, gated, r * part, part, buffer, r)
             scales = weights.w2_scale.narrow(-1, -(-(r * part) // block), n)
-            shards.append(RankShard(replace(w, w2_scale=scales), r * part, part))
+            shards.append(RankShard(replace(w, w2_scale=scales), r * part, part, experts))
         return tuple(shards)
 
 
@@ -176,14 +229,16 @@ class RefusesSubBlockShare(BuiltinMoeSharding):
     splits on whole scale groups (ROCm/ATOM #1944: ``The output_size of gate's and up's weight = 64 is not
     divisible by weight quantization block_n = 128``, where SGLang loads the same checkpoint)."""
 
-    def shard_moe(self, weights: MoeWeights, gated: bool, tp: int) -> tuple[RankShard, ...]:
+    def split_channels(
+        self, weights: MoeWeights, gated: bool, tp: int, experts: tuple[int, ...]
+    ) -> tuple[RankShard, ...]:
         part = weights.intermediate_size // tp
         if weights.intermediate_size % tp or part % REFUSAL_BLOCK:
             raise ShardRefused(
                 f"The output_size of gate's and up's weight = {part} is not divisible by weight quantization "
                 f"block_n = {REFUSAL_BLOCK}."
             )
-        return super().shard_moe(weights, gated, tp)
+        return super().split_channels(weights, gated, tp, experts)
 
 
 class EndPaddedShortRank(BuiltinMoeSharding):
@@ -191,8 +246,10 @@ class EndPaddedShortRank(BuiltinMoeSharding):
     padded at its end to the shared buffer (``subjects.moe_bugs.pad_fused_block_at_end``, vLLM #55649's
     padding), not per half: on a stacked checkpoint the short rank's up rows land in its gate half."""
 
-    def shard_moe(self, weights: MoeWeights, gated: bool, tp: int) -> tuple[RankShard, ...]:
-        shards = super().shard_moe(weights, gated, tp)
+    def split_channels(
+        self, weights: MoeWeights, gated: bool, tp: int, experts: tuple[int, ...]
+    ) -> tuple[RankShard, ...]:
+        shards = super().split_channels(weights, gated, tp, experts)
         out = []
         for r, s in enumerate(shards):
             buffer = s.weights.intermediate_size
@@ -201,7 +258,7 @@ class EndPaddedShortRank(BuiltinMoeSharding):
                 continue
             own = take_channels(weights, gated, s.offset, s.real, s.real, r)
             padded = pad_fused_block_at_end(own, gated, buffer, weights.hidden_size).weights
-            out.append(RankShard(padded, s.offset, s.real))
+            out.append(RankShard(padded, s.offset, s.real, experts))
         return tuple(out)
 
 
@@ -211,41 +268,87 @@ allocates uninitialised (``torch.empty``) with it, E4M3 / UE8M0 NaN and a non-ze
 
 
 def coordinate_checkpoint(ckpt: MoeWeights, gated: bool) -> MoeWeights:
-    """``ckpt`` with every FC1 gate row of channel ``c`` holding ``1 + c % 254``, ``1 + c // 254`` in its
-    first two bytes (its other bytes, the up rows and FC2 zero); decoded by :func:`held_channels`."""
+    """``ckpt`` with the FC1 gate row of expert ``e``, channel ``c`` holding ``1 + c % 254``, ``1 + c // 254``,
+    ``1 + e % 254``, ``1 + e // 254`` in its first four bytes (its other bytes, the up rows and FC2 zero);
+    decoded by :func:`held_coordinates`. Needs ``H >= 8`` (four packed bytes per row)."""
     e, size, cols = ckpt.w13.shape[0], ckpt.intermediate_size, ckpt.w13.shape[-1]
-    c = torch.arange(size)
+    c, x = torch.arange(size), torch.arange(e)[:, None]
     gate = torch.zeros(e, size, cols, dtype=torch.uint8)
     gate[..., 0], gate[..., 1] = (1 + c % 254).to(torch.uint8), (1 + c // 254).to(torch.uint8)
+    gate[..., 2], gate[..., 3] = (1 + x % 254).to(torch.uint8), (1 + x // 254).to(torch.uint8)
     w13 = join_fc1(gate, torch.zeros_like(gate), ckpt.fc1_layout) if gated else gate
     return replace(ckpt, w13=w13, w2=torch.zeros_like(ckpt.w2))
 
 
-def held_channels(loaded: MoeWeights, gated: bool) -> list[int]:
-    """The global channels whose gate rows a rank's loaded :func:`coordinate_checkpoint` holds, in row order."""
+@dataclass(frozen=True)
+class Held:
+    """What a rank's loaded :func:`coordinate_checkpoint` holds: per expert slot the global expert whose
+    rows it holds (None: no real row), and the global channels of the first slot holding any with the
+    buffer position of the first of them (``start``)."""
+
+    experts: tuple[int | None, ...]
+    channels: tuple[int, ...]
+    start: int
+
+
+def held_coordinates(loaded: MoeWeights, gated: bool) -> Held:
+    """Decode a rank's loaded :func:`coordinate_checkpoint` (rows holding 0 or :data:`NAN_BYTE` are not real)."""
     gate = split_fc1(loaded.w13, loaded.fc1_layout)[0] if gated else loaded.w13
-    rows = gate[0].long()
-    real = (rows[:, 0] != 0) & (rows[:, 0] != NAN_BYTE)
-    return [int(a - 1 + 254 * (b - 1)) for a, b in rows[real, :2].tolist()]
+    experts, channels, start = [], (), 0
+    for rows in gate.long():
+        real = ((rows[:, 0] != 0) & (rows[:, 0] != NAN_BYTE)).nonzero().flatten().tolist()
+        if not real:
+            experts.append(None)
+            continue
+        x, y = rows[real[0], 2:4].tolist()
+        experts.append(x - 1 + 254 * (y - 1))
+        if not channels:
+            channels = tuple(int(a - 1 + 254 * (b - 1)) for a, b in rows[real, :2].tolist())
+            start = real[0]
+    return Held(tuple(experts), channels, start)
 
 
 class LoaderSharding:
     """A policy driven by an engine's weight loader: :meth:`load_rank` returns one rank's experts (FC1 rows
-    in the checkpoint's layout) after the engine's loader has read the whole checkpoint. Which channels a
-    rank holds is read back, not computed: the channels a :func:`coordinate_checkpoint` put in its gate
-    rows give ``offset`` (the first) and ``real`` (how many); an empty rank starts where the previous ends."""
+    in the checkpoint's layout) after the engine's loader has read the whole checkpoint.
 
-    def load_rank(self, ckpt: MoeWeights, gated: bool, tp: int, rank: int) -> MoeWeights:
+    What a rank holds is read back, not computed, from the same loader fed a :func:`coordinate_checkpoint`:
+    its experts (per slot, the expert whose rows the slot holds; a slot holding no real row is -1, which
+    the properties reject, except on a rank holding no channel at all, which takes the experts of the
+    first TP rank of its EP rank that holds channels), ``offset`` (the first channel of its first expert
+    slot holding any), ``real`` (how many) and ``start`` (that channel's buffer position); an empty rank
+    starts where the previous TP rank of its EP rank ends.
+    """
+
+    def load_rank(
+        self, ckpt: MoeWeights, gated: bool, tp: int, tp_rank: int, *, ep: int, ep_rank: int, backend
+    ) -> MoeWeights:
+        """Rank ``(ep_rank, tp_rank)`` of a ``tp`` x ``ep`` layer under the kernel backend ``backend``
+        (None: the engine's default) after its loader read the whole checkpoint ``ckpt``."""
         raise NotImplementedError
 
-    def shard_moe(self, weights: MoeWeights, gated: bool, tp: int) -> tuple[RankShard, ...]:
+    def shard_moe(
+        self, weights: MoeWeights, gated: bool, tp: int, *, ep: int = 1, backend=None
+    ) -> tuple[RankShard, ...]:
         probe = coordinate_checkpoint(weights, gated)
+        held, loaded = [], []
+        for rank in range(tp * ep):
+            ep_rank, tp_rank = rank_coordinates(rank, tp)
+            where = {"ep": ep, "ep_rank": ep_rank, "backend": backend}
+            held.append(held_coordinates(self.load_rank(probe, gated, tp, tp_rank, **where), gated))
+            loaded.append(self.load_rank(weights, gated, tp, tp_rank, **where))
         shards, end = [], 0
-        for rank in range(tp):
-            channels = held_channels(self.load_rank(probe, gated, tp, rank), gated)
-            offset = channels[0] if channels else end
-            shards.append(RankShard(self.load_rank(weights, gated, tp, rank), offset, len(channels)))
-            end = offset + len(channels)
+        for rank, (h, w) in enumerate(zip(held, loaded, strict=True)):
+            ep_rank, tp_rank = rank_coordinates(rank, tp)
+            end = 0 if tp_rank == 0 else end
+            peers = [p for p in held[ep_rank * tp : (ep_rank + 1) * tp] if p.channels]
+            source = peers[0] if not h.channels and peers else h
+            experts = tuple(-1 if x is None else x for x in source.experts)
+            if len(experts) != w.w13.shape[0]:  # a peer with another slot count: nothing to read back
+                experts = (-1,) * w.w13.shape[0]
+            offset = h.channels[0] if h.channels else end
+            shards.append(RankShard(w, offset, len(h.channels), experts, h.start))
+            end = offset + len(h.channels)
         return tuple(shards)
 
 

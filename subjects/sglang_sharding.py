@@ -78,7 +78,13 @@ class SglangMoeSharding(LoaderSharding):
     ) -> None:
         self.backend, self.mxfp4_backend = backend, mxfp4_backend
 
-    def load_rank(self, ckpt: MoeWeights, gated: bool, tp: int, rank: int) -> MoeWeights:
+    def load_rank(
+        self, ckpt: MoeWeights, gated: bool, tp: int, rank: int, *, ep: int, ep_rank: int, backend
+    ) -> MoeWeights:
+        """Plain TP groups only (``ep > 1`` is not driven: :class:`~contracts.errors.UnsupportedConfig`);
+        ``backend`` is not read: the subject's own ``backend`` / ``mxfp4_backend`` load every shard."""
+        if ep != 1:
+            raise UnsupportedConfig(f"the SGLang sharding adapter drives plain TP groups only, not EP={ep}")
         if ckpt.block != NVFP4_BLOCK:
             return self.load_mxfp4(ckpt, gated, tp, rank)
         return self.load_nvfp4(ckpt, gated, tp, rank)
@@ -88,6 +94,8 @@ class SglangMoeSharding(LoaderSharding):
 
         if not gated:
             raise UnsupportedConfig("SGLang's Mxfp4MoEMethod runs gated experts only")
+        if ckpt.w13_bias is not None and not ckpt.fc1_layout.interleaved:
+            raise UnsupportedConfig("SGLang loads MXFP4 expert biases from gpt-oss's fused row-interleaved form only")
         with uneven_split_refused(ckpt.intermediate_size, tp):
             loaded, _ = load_mxfp4_rank(self.mxfp4_backend, ckpt, tp, rank)
         return hidden_cut(loaded, ckpt.hidden_size)

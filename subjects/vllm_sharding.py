@@ -40,6 +40,7 @@ from unittest import mock
 
 import torch
 
+from contracts.errors import UnsupportedConfig
 from contracts.moe import MoeWeights
 from contracts.moe_sharding import ShardRefused
 from reference.formats import NVFP4_BLOCK
@@ -255,10 +256,11 @@ def gpt_oss_form(gated: bool, block: int, layout: Fc1Layout) -> bool:
 
 
 def cuts_groups_per_projection(config) -> bool:
-    """A ``ShardingConfig`` the per-projection path loads whose even split ``I / tp`` (which vLLM's
-    ``FusedMoEConfig`` accepts: ``I % tp == 0``) is not a whole number of groups."""
+    """A plain-TP ``ShardingConfig`` (the adapter drives no EP) the per-projection path loads whose even
+    split ``I / tp`` (which vLLM's ``FusedMoEConfig`` accepts: ``I % tp == 0``) is not a whole number of groups."""
     part, rem = divmod(config.intermediate, config.tp)
-    return not gpt_oss_form(config.gated, config.block, config.layout) and rem == 0 and part % config.block != 0
+    per_projection = not gpt_oss_form(config.gated, config.block, config.layout)
+    return config.ep_size == 1 and per_projection and rem == 0 and part % config.block != 0
 
 
 class VllmMoeSharding(LoaderSharding):
@@ -266,8 +268,19 @@ class VllmMoeSharding(LoaderSharding):
     per-expert ``RoutedExperts.weight_loader`` (ModelOpt NVFP4, Quark OCP-MX MXFP4) for the rest; the
     ranks' channels are read back (:class:`~subjects.moe_sharding.LoaderSharding`)."""
 
-    def load_rank(self, ckpt: MoeWeights, gated: bool, tp: int, rank: int) -> MoeWeights:
+    def load_rank(
+        self, ckpt: MoeWeights, gated: bool, tp: int, rank: int, *, ep: int, ep_rank: int, backend
+    ) -> MoeWeights:
+        """Plain TP groups only (``ep > 1`` is not driven: :class:`~contracts.errors.UnsupportedConfig`);
+        ``backend`` is not read: gpt-oss buffers are :data:`GPT_OSS_BACKEND`'s."""
+        if ep != 1:
+            raise UnsupportedConfig(f"the vLLM sharding adapter drives plain TP groups only, not EP={ep}")
         v = sharding_modules()
         if gpt_oss_form(gated, ckpt.block, ckpt.fc1_layout):
             return load_gpt_oss(v, ckpt, tp, rank)
+        if ckpt.w13_bias is not None:
+            raise UnsupportedConfig(
+                "per-projection MXFP4 experts with biases (Quark gpt-oss) load through GptOssModel._load_weights_quark, "
+                "which this adapter does not drive"
+            )
         return load_projections(v, ckpt, gated, tp, rank)

@@ -73,17 +73,17 @@ def test_builtin_passes_and_known_bad_fail(check, layout: Fc1Layout) -> None:
 
 def test_refusing_a_group_cutting_split_is_allowed() -> None:
     class Refuses(BuiltinMoeSharding):
-        def shard_moe(self, weights, gated, tp):
+        def shard_moe(self, weights, gated, tp, *, ep=1, backend=None):
             part, rem = divmod(weights.intermediate_size, tp)
             if rem or part % weights.block:
                 raise ShardRefused(f"TP={tp} would cut a {weights.block}-group")
-            return super().shard_moe(weights, gated, tp)
+            return super().shard_moe(weights, gated, tp, ep=ep, backend=backend)
 
     for check in CHECKS:
         check(GEMMA_TP8, None, Refuses())  # 88 channels per rank: refusing is fine
 
     class AlwaysRefuses(BuiltinMoeSharding):
-        def shard_moe(self, weights, gated, tp):
+        def shard_moe(self, weights, gated, tp, *, ep=1, backend=None):
             raise ShardRefused("no")
 
     with pytest.raises(AssertionError, match="refused a split that keeps whole 16-groups"):
