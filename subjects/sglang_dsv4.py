@@ -47,6 +47,7 @@ from backends.mxfp4_moe import Mxfp4MoeBackend
 from contracts.errors import CheckpointNotServed, LibraryUnavailable, UnsupportedConfig
 from contracts.moe import AlignedMoe, MoeWeights, relayout_moe
 from contracts.moe_sharding import CONTRACT as MOE_SHARDING
+from contracts.moe_sharding import ShardRefused
 from reference.formats import MXFP4_BLOCK
 from reference.layouts import Fc1Layout, split_fc1
 from subjects.moe_sharding import LoaderSharding
@@ -414,19 +415,42 @@ channels per tensor through the same ``FusedMoE._load_w13`` / ``_load_w2``)."""
 
 class SglangDsv4MoeSharding(LoaderSharding):
     """SGLang 0.5.23's ``FusedMoE.weight_loader`` for every rank of a DeepSeek-V4 FP4 expert layer
-    (:func:`load_dsv4_rank` under :data:`DSV4_SHARDING_BACKEND`); ``FusedMoE.__init__``'s ``I % tp == 0``
-    assertion is reported as :class:`~contracts.moe_sharding.ShardRefused`. DeepSeek-V4's MXFP4 experts are gated
-    and stacked per projection: other checkpoints raise :class:`~contracts.errors.CheckpointNotServed`."""
+    (:func:`load_dsv4_rank`) under the kernel backend asked for (``None``: :data:`DSV4_SHARDING_BACKEND`).
+    ``FusedMoE.__init__``'s ``I % tp == 0`` assertion and ``Mxfp4FlashinferCutlassMoEMethod.create_weights``'
+    128-alignment ``ValueError`` are reported as :class:`~contracts.moe_sharding.ShardRefused`. Not served
+    (:class:`~contracts.errors.CheckpointNotServed`): what no DeepSeek-V4 checkpoint or method has (non-gated or
+    NVFP4 experts, expert biases, a backend outside :data:`DSV4_BACKENDS`) and expert parallelism, which this
+    adapter does not drive (plain TP groups, as :func:`subjects.sglang.sglang_layer_context` builds them)."""
 
-    def __init__(self, backend: Mxfp4MoeBackend = DSV4_SHARDING_BACKEND) -> None:
-        self.backend = backend
-
-    def load_rank(self, ckpt: MoeWeights, gated: bool, tp: int, rank: int) -> MoeWeights:
+    def load_rank(
+        self, ckpt: MoeWeights, gated: bool, tp: int, rank: int, *, ep: int, ep_rank: int, backend
+    ) -> MoeWeights:
         if not gated or ckpt.block != MXFP4_BLOCK:
             raise CheckpointNotServed("DeepSeek-V4's FP4 experts are gated MXFP4 (32-element groups)")
-        with uneven_split_refused(ckpt.intermediate_size, tp):
-            loaded = load_dsv4_rank(self.backend, ckpt, tp, rank)
+        if ep != 1:
+            raise CheckpointNotServed(f"the DeepSeek-V4 sharding adapter drives plain TP groups only, not EP={ep}")
+        backend = DSV4_SHARDING_BACKEND if backend is None else backend
+        if backend not in DSV4_BACKENDS:
+            raise CheckpointNotServed(f"SGLang has no DeepSeek-V4 FP4 expert method for {backend.value}")
+        with uneven_split_refused(ckpt.intermediate_size, tp), cutlass_refusal():
+            loaded = load_dsv4_rank(backend, ckpt, tp, rank)
         return relayout_moe(loaded, ckpt.fc1_layout)
+
+
+CUTLASS_REFUSAL = "Mxfp4FlashinferCutlassMoEMethod requires hidden_size and intermediate_size_per_partition"
+"""The start of ``Mxfp4FlashinferCutlassMoEMethod.create_weights``' ``ValueError`` for shards not 128-aligned."""
+
+
+@contextlib.contextmanager
+def cutlass_refusal() -> Iterator[None]:
+    """``Mxfp4FlashinferCutlassMoEMethod.create_weights``' refusal, raised inside, as
+    :class:`~contracts.moe_sharding.ShardRefused` with SGLang's message (any other ``ValueError`` propagates)."""
+    try:
+        yield
+    except ValueError as exc:
+        if CUTLASS_REFUSAL in str(exc):
+            raise ShardRefused(str(exc)) from exc
+        raise
 
 
 # --- known upstream bugs -----------------------------------------------------------------------------
@@ -507,6 +531,20 @@ DSV4_KNOWN_FAILURES: tuple[KnownFailure, ...] = (
 )
 """Upstream bugs of SGLang 0.5.23's DeepSeek-V4 FP4 expert path that the ``mxfp4_moe`` properties meet."""
 
+
+def _served_shard(config: Any) -> bool:
+    """A ``moe_sharding`` configuration :class:`SglangDsv4MoeSharding` loads (gated MXFP4, no biases, plain TP, a
+    backend of :data:`DSV4_BACKENDS` or the default)."""
+    backend = config.kernel_backend
+    return (
+        config.gated
+        and config.block == MXFP4_BLOCK
+        and not config.bias
+        and config.ep_size == 1
+        and (backend is None or backend in DSV4_BACKENDS)
+    )
+
+
 DSV4_SHARDING_FAILURES: tuple[KnownFailure, ...] = (
     KnownFailure(
         MOE_SHARDING,
@@ -519,13 +557,44 @@ DSV4_SHARDING_FAILURES: tuple[KnownFailure, ...] = (
         "upstream",
         f"{SGLANG_SOURCE}/layers/moe/fused_moe_triton/layer.py",
         applies=lambda config: (
-            config.gated
-            and config.block == MXFP4_BLOCK
+            _served_shard(config)
+            and config.kernel_backend is not Mxfp4MoeBackend.FLASHINFER_CUTLASS_SM90  # refuses first
+            and not (config.kernel_backend is Mxfp4MoeBackend.MARLIN and config.hidden % 256)  # load crash first
             and config.intermediate % config.tp == 0
             and (config.intermediate // config.tp) % MXFP4_BLOCK != 0
         ),
         raises=AssertionError,
         match=r"which cut a \d+-element scale group|do not sum to the layer's|is not a whole number of \d+-element groups",
+    ),
+    KnownFailure(
+        MOE_SHARDING,
+        "Mxfp4FlashinferCutlassMoEMethod.create_weights refuses every rank whose I/tp (or H) is not a multiple of "
+        "128, also where I/tp is whole 32-groups (DeepSeek-V4-Pro TP16: 192; V4.1-Flash TP4 / TP8: 576, 288), "
+        "instead of padding after loading; reported as a feature request, closed inactive",
+        "https://github.com/sgl-project/sglang/issues/26250",
+        applies=lambda config: (
+            _served_shard(config)
+            and config.kernel_backend is Mxfp4MoeBackend.FLASHINFER_CUTLASS_SM90
+            and config.intermediate % config.tp == 0
+            and (config.intermediate // config.tp) % MXFP4_BLOCK == 0
+            and ((config.intermediate // config.tp) % 128 != 0 or config.hidden % 128 != 0)
+        ),
+        raises=AssertionError,
+        match=r"policy refused a split that keeps whole 32-groups .*" + CUTLASS_REFUSAL,
+    ),
+    KnownFailure(
+        MOE_SHARDING,
+        "Mxfp4MarlinMoEMethod: the mxfp4_moe ledger's load crash (the buffer's H rounded to 256, the loader copying "
+        "the checkpoint's width) on every rank where H % 256 != 0; found by this suite, not reported upstream",
+        f"{SGLANG_SOURCE}/layers/quantization/mxfp4_marlin_moe.py",
+        applies=lambda config: (
+            _served_shard(config)
+            and config.kernel_backend is Mxfp4MoeBackend.MARLIN
+            and config.intermediate % config.tp == 0
+            and config.hidden % 256 != 0
+        ),
+        raises=RuntimeError,
+        match=r"The size of tensor a \(\d+\) must match the size of tensor b \(\d+\)",
     ),
 )
 """Upstream bugs of SGLang 0.5.23's DeepSeek-V4 loader that the ``moe_sharding`` properties meet."""

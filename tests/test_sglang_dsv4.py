@@ -11,15 +11,18 @@
 from __future__ import annotations
 
 import importlib
+from dataclasses import replace
 
 import pytest
 import torch
 
 from backends.mxfp4_moe import Mxfp4MoeBackend
-from conformance import test_mxfp4_moe
+from conformance import test_moe_sharding, test_mxfp4_moe
 from contracts.errors import CheckpointNotServed
 from contracts.moe import MoeWeights
 from reference.layouts import Fc1Layout, split_fc1
+from strategies.catalog import SWIGLU
+from strategies.moe_sharding import ShardingConfig
 from subjects import sglang_dsv4 as ds
 from subjects.registry import backends, contracts, resolve
 
@@ -198,3 +201,39 @@ def test_trtllm_tp16_deepseek_v4_1_flash_mispairs_fc2_scales_in_0_5_23() -> None
     assert torch.equal(loaded.w2, ckpt.w2[..., 72:144])  # channels [144, 288): bytes of 2 channels each
     assert loaded.w2_scale.shape[-1] == 4
     assert torch.equal(loaded.w2_scale, ckpt.w2_scale[..., 4:8])  # groups [128, 256), not those of [144, 288)
+
+
+SHARD = ShardingConfig(
+    model="adversarial", tp=2, intermediate=512, hidden=256, block=32, layout=Fc1Layout.GATE_UP,
+    activation=SWIGLU, experts=1, top_k=1, tokens=2, seed=0,
+)  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    ("backend", "intermediate", "hidden", "ledger"),
+    [
+        (TRTLLM, 512, 256, None),  # 256 channels per rank: whole groups, passes
+        (TRTLLM, 288, 256, "fused_moe_triton/layer.py"),  # 144 per rank: scale groups cut, silently
+        (MARLIN, 288, 256, "fused_moe_triton/layer.py"),
+        (MARLIN, 512, 320, "mxfp4_marlin_moe.py"),  # H % 256: load crash
+        (CUTLASS, 384, 256, "issues/26250"),  # 192 per rank: whole groups, refused
+        (CUTLASS, 288, 256, None),  # 144 per rank: refused where an even split cuts groups, accepted
+    ],
+)
+def test_sharding_findings_are_the_ledgers(
+    backend: Mxfp4MoeBackend, intermediate: int, hidden: int, ledger: str | None
+) -> None:
+    """Both ``moe_sharding`` properties at TP2 per backend: pass, or fail the way exactly one ledger entry
+    (``DSV4_SHARDING_FAILURES``) describes."""
+    config = replace(SHARD, intermediate=intermediate, hidden=hidden, backend=backend.value)
+    policy = resolve("sglang-deepseek-v4").policy("moe_sharding")
+    for check in (test_moe_sharding.check_every_element_on_one_rank, test_moe_sharding.check_ranks_sum_to_layer):
+        known = [k for k in ds.DSV4_SHARDING_FAILURES if k.matches("moe_sharding", check.__name__, None, config)]
+        if ledger is None:
+            assert not known
+            check(config, None, policy)
+            continue
+        assert [k.link.split("/sglang/")[-1].endswith(ledger) for k in known] == [True], known
+        with pytest.raises(BaseException) as caught:
+            check(config, None, policy)
+        assert known[0].recognises(caught.value), caught.value
