@@ -49,15 +49,14 @@ MXFP4_BACKEND = Mxfp4MoeBackend.FLASHINFER_TRTLLM
 
 
 @contextmanager
-def refused_split(ckpt: MoeWeights, tp: int, ep: int) -> Iterator[None]:
+def uneven_split_refused(intermediate: int, tp: int, experts: int = 1, ep: int = 1) -> Iterator[None]:
     """SGLang's ``FusedMoE.__init__`` assertions ``I % moe_tp_size == 0`` and ``E % moe_ep_size == 0``, raised
     inside, as :class:`ShardRefused` (any other assertion propagates)."""
-    size, experts = ckpt.intermediate_size, ckpt.w13.shape[0]
     try:
         yield
     except AssertionError as exc:
-        if size % tp:
-            raise ShardRefused(f"SGLang FusedMoE: intermediate size {size} at TP={tp}") from exc
+        if intermediate % tp:
+            raise ShardRefused(f"SGLang FusedMoE: intermediate size {intermediate} at TP={tp}") from exc
         if experts % ep:
             raise ShardRefused(f"SGLang FusedMoE: {experts} experts at EP={ep}") from exc
         raise
@@ -86,7 +85,7 @@ class SglangMoeSharding(LoaderSharding):
         nvfp4 = ckpt.block == NVFP4_BLOCK
         if backend is not None and backend not in (NVFP4_BACKENDS if nvfp4 else MXFP4_BACKENDS):
             raise UnsupportedConfig(_not_mapped(backend))
-        with refused_split(ckpt, tp, ep):
+        with uneven_split_refused(ckpt.intermediate_size, tp, ckpt.w13.shape[0], ep):
             if not nvfp4:
                 return self.load_mxfp4(ckpt, gated, tp, rank, ep, backend or MXFP4_BACKEND)
             return self.load_nvfp4(ckpt, gated, tp, rank, ep, backend or NVFP4_BACKEND)
