@@ -340,12 +340,21 @@ def cuts_groups_per_projection(config) -> bool:
     return per_projection and config.ep_size == 1 and rem == 0 and part % config.block != 0
 
 
+def selected_for_mxfp4_experts(backend: Mxfp4MoeBackend) -> bool:
+    """Whether vLLM's ``select_mxfp4_moe_backend`` (gpt-oss and Quark OCP-MX experts) can pick ``backend``: its
+    member is in ``_get_priority_backends_for_gpt_oss``."""
+    v = sharding_modules()
+    return RankGrid(1, 0, mxfp4_backend=backend).member(v) in v.mxfp4_oracle._get_priority_backends_for_gpt_oss()
+
+
 def gpt_oss_uneven_experts(config) -> bool:
     """A gpt-oss ``ShardingConfig`` under EP whose expert count is not a multiple of the EP degree:
     ``GptOssModel.load_weights`` slices ``E // ep`` experts per rank, ``determine_expert_map`` gives the
     first ``E % ep`` ranks one more."""
-    interleaved = gpt_oss_form(config.gated, config.block, config.layout)
-    return interleaved and config.ep_size > 1 and config.tp == 1 and config.experts % config.ep_size != 0
+    if not gpt_oss_form(config.gated, config.block, config.layout):
+        return False
+    served = config.kernel_backend is None or selected_for_mxfp4_experts(config.kernel_backend)
+    return served and config.ep_size > 1 and config.tp == 1 and config.experts % config.ep_size != 0
 
 
 GPT_OSS_BACKEND = Mxfp4MoeBackend.FLASHINFER_TRTLLM
@@ -390,7 +399,7 @@ class VllmMoeSharding(LoaderSharding):
         interleaved = gpt_oss_form(gated, ckpt.block, ckpt.fc1_layout)
         mxfp4 = None if nvfp4 else backend or (GPT_OSS_BACKEND if interleaved else QUARK_BACKEND)
         grid = RankGrid(tp, ep_rank * tp + tp_rank, ep, self.placement, mxfp4)
-        if mxfp4 is not None and grid.member(v) not in v.mxfp4_oracle._get_priority_backends_for_gpt_oss():
+        if mxfp4 is not None and not selected_for_mxfp4_experts(mxfp4):
             raise UnsupportedConfig(
                 f"vLLM 0.33.0's select_mxfp4_moe_backend never picks {grid.member(v).name} for gpt-oss or Quark "
                 "OCP-MX experts (_get_priority_backends_for_gpt_oss)"
