@@ -198,7 +198,8 @@ DSV4_BACKENDS: dict[Mxfp4MoeBackend, SglangDsv4Backend] = {
     ),
     # Mxfp4FlashinferCutlassMoEMethod on SM90, W4A16 (the default --flashinfer-mxfp4-moe-precision): loads w13
     # as [up; gate] (load_up_proj_weight_first), no padding, then FlashInfer's SM90 mixed-GEMM weight and scale
-    # interleaves (the weight one a CUDA op).
+    # interleaves (the weight one a CUDA op); its runner calls cutlass_fused_moe(use_w4_group_scaling=True)
+    # (moe_runner/flashinfer_cutlass.py), the record's kernel.
     Mxfp4MoeBackend.FLASHINFER_CUTLASS_SM90: SglangDsv4Backend(
         "flashinfer_mxfp4",
         {"is_sm90": True, "is_sm100": False, "is_blackwell": False, "is_sm120": False},
