@@ -245,14 +245,21 @@ def test_sharding_findings_are_the_ledgers(
 @given(
     groups=st.integers(1, 144),
     tp=st.sampled_from((1, 2, 4, 8, 16)),
+    ep=st.sampled_from((1, 2, 4)),
+    experts=st.integers(1, 4),
     hidden=st.sampled_from((256, 320, 512)),
     backend=st.sampled_from(list(ds.DSV4_BACKENDS)),
 )
-def test_sharding_ledger_is_exact(groups: int, tp: int, hidden: int, backend: Mxfp4MoeBackend) -> None:
-    """Over layers this adapter loads (the CI strategy draws them rarely: most sharding draws are NVFP4, EP,
+def test_sharding_ledger_is_exact(
+    groups: int, tp: int, ep: int, experts: int, hidden: int, backend: Mxfp4MoeBackend
+) -> None:
+    """Over layers this adapter loads, TP x EP (the CI strategy draws them rarely: most sharding draws are NVFP4,
     biased or for other backends), both ``moe_sharding`` properties pass exactly where no ledger entry applies,
     and fail the way the entry describes where one does."""
-    config = replace(SHARD, intermediate=32 * groups, hidden=hidden, tp=tp, backend=backend.value)
+    tp = max(1, min(tp, 16 // ep))
+    config = replace(
+        SHARD, intermediate=32 * groups, hidden=hidden, tp=tp, ep_size=ep, experts=experts, backend=backend.value
+    )
     policy = resolve("sglang-deepseek-v4").policy("moe_sharding")
     for check in (test_moe_sharding.check_every_element_on_one_rank, test_moe_sharding.check_ranks_sum_to_layer):
         known = [k for k in ds.DSV4_SHARDING_FAILURES if k.matches("moe_sharding", check.__name__, None, config)]
