@@ -140,10 +140,13 @@ def sharding_configs(draw: st.DrawFn) -> ShardingConfig:
     )
 
 
-def pinned_sharding(model: str, tp: int, block: int = NVFP4_BLOCK, *, ep: int = 1, experts: int = 2) -> ShardingConfig:
-    """A catalogued model's layer at one TP x EP degree (for ``@example`` pins), without biases."""
+def pinned_sharding(
+    model: str, tp: int, block: int = NVFP4_BLOCK, *, ep: int = 1, experts: int = 2, bias: bool = False
+) -> ShardingConfig:
+    """A catalogued model's layer at one TP x EP degree (for ``@example`` pins): stacked FC1 rows, top-2 of
+    ``experts``, 3 tokens, seed 0, the format's first backend."""
     m = MODELS[model]
     return ShardingConfig(
         m.name, tp, m.moe_intermediate, reduce_size(m.hidden), block, Fc1Layout.GATE_UP, m.activation, experts,
-        2, 3, 0, ep_size=ep,
+        2, 3, 0, ep_size=ep, backend=format_backends(block)[0].value, bias=bias,
     )  # fmt: skip
