@@ -672,9 +672,10 @@ class SglangMxfp4Backend:
     ``runner``: the ``--moe-runner-backend``; ``platform``: the platform facts (``override_platform``);
     ``switches``: module-level switches of ``quantization/mxfp4.py`` that SGLang reads from the
     environment at import; ``device_calls``: the GPU-only calls of ``Mxfp4MoEMethod.process_weights_after_loading``
-    on this branch, ``(module, name)`` in :func:`sglang_modules`' namespace, each replaced by a pass-through
-    of its first argument (its input is what the adapter reports; the properties run the libraries'
-    transforms themselves); ``fc1_layout``: the FC1 row order SGLang's post-load processing leaves in the
+    on this branch, ``(module, name)`` with ``module`` in :func:`sglang_modules`' namespace or a module the branch
+    imports from when it runs (:func:`stand_in_function`), each replaced by a pass-through of its first argument
+    or its :data:`DEVICE_STAND_INS` entry (its input is what the adapter reports; the properties run the
+    libraries' transforms themselves); ``fc1_layout``: the FC1 row order SGLang's post-load processing leaves in the
     buffer it hands those calls (read from the branch's source); ``stacked_via_quark``: stacked ``[gate; up]``
     checkpoints on this backend are Quark OCP-MX ones, served by ``QuarkW4A4MXFp4MoE`` (:func:`quark_layer`);
     ``triton_kernels``: the branch hands the layer to triton_kernels' ``convert_layout`` (through
@@ -754,6 +755,19 @@ MXFP4_BACKENDS: dict[Mxfp4MoeBackend, SglangMxfp4Backend] = {
         (),
         Fc1Layout.GATE_UP_INTERLEAVED,
         triton_kernels=True,
+    ),
+    # --moe-runner-backend deep_gemm on SM100 (what model_overrides/minimax_m3.py picks for MXFP8 activations):
+    # the record's DEEPGEMM_MXFP4 alias. create_weights keeps the checkpoint's sizes; `if self.use_deep_gemm`
+    # views the weights as int8 and hands DeepGEMM's transform_sf_into_required_layout the scales widened to
+    # fp32 (recipe (1, 32)); the runner quantizes activations to FP8 in 128-element groups (recipe (1, 128))
+    # and reads GEMM1's output as [gate; up] halves (moe_runner/deep_gemm.py, DeepGemmMoeQuantInfo with no
+    # biases).
+    Mxfp4MoeBackend.VLLM_CUTLASS: SglangMxfp4Backend(
+        "deep_gemm",
+        {"is_sm100": True, "is_blackwell": True},
+        {},
+        (("deep_gemm", "transform_sf_into_required_layout"),),
+        Fc1Layout.GATE_UP,
     ),
 }
 """The suite's MXFP4 MoE backends as SGLang selects and prepares them for ``Mxfp4MoEMethod``
@@ -1004,6 +1018,19 @@ def _identity_permutation(x: torch.Tensor, *_: object, **__: object) -> torch.Te
     return torch.arange(x.shape[0])
 
 
+def _e8m0_scales(scales: torch.Tensor, *_: object, **__: object) -> torch.Tensor:
+    """Stand-in for DeepGEMM's ``transform_sf_into_required_layout``: the fp32 scales SGLang widened from E8M0
+    (exact powers of two, NaN for byte 255) back as E8M0, in the layout given."""
+    return scales.to(torch.float8_e8m0fnu)
+
+
+DEVICE_STAND_INS: dict[str, Callable[..., Any]] = {
+    "_get_flashinfer_mxfp4_device_permute_indices": _identity_permutation,
+    "transform_sf_into_required_layout": _e8m0_scales,
+}
+"""Stand-ins for the device calls of :data:`MXFP4_BACKENDS` that are not pass-throughs of their first argument."""
+
+
 def process_mxfp4_layer(
     m: types.SimpleNamespace,
     layer: torch.nn.Module,
@@ -1016,8 +1043,11 @@ def process_mxfp4_layer(
     hands those calls, read in ``fc1_layout`` (the order the branch's source leaves)."""
     with contextlib.ExitStack() as stack:
         for module, name in device_calls:
-            stand_in = _identity_permutation if name.endswith("permute_indices") else _pass_through
-            stack.enter_context(mock.patch.object(getattr(m, module), name, stand_in, create=True))
+            stand_in = DEVICE_STAND_INS.get(name, _pass_through)
+            if hasattr(m, module):
+                stack.enter_context(mock.patch.object(getattr(m, module), name, stand_in, create=True))
+            else:
+                stack.enter_context(stand_in_function(module, name, stand_in))
         stack.enter_context(mock.patch.object(torch.Tensor, "cuda", _pass_through))
         layer.quant_method.process_weights_after_loading(layer)
     weights = _layer_weights(layer, fc1_layout, biased)
@@ -1195,6 +1225,16 @@ def _quark_hidden_not_256(config: Any) -> bool:
     return config.form is CheckpointForm.STACKED and not config.bias and config.shape.hidden % 256 != 0
 
 
+def _deep_gemm_k_not_128(config: Any) -> bool:
+    """An MXFP4 MoE shape whose GEMM K (``H`` for FC1, ``I`` for FC2) is not whole 128-element activation groups."""
+    return config.shape.hidden % 128 != 0 or config.shape.intermediate % 128 != 0
+
+
+def _gpt_oss_form(config: Any) -> bool:
+    """A checkpoint SGLang loads as gpt-oss's (row-interleaved pairs, or expert biases: :func:`gpt_oss_family`)."""
+    return config.form.layout.interleaved or config.bias
+
+
 def _marlin_refused_hidden(config: Any) -> bool:
     """A hidden size SGLang's Marlin check refuses before padding it (``hidden_size % 64``)."""
     return config.shape.hidden % 64 != 0
@@ -1204,6 +1244,16 @@ def _inter_128_over_64(config: Any) -> bool:
     """An MXFP4 MoE intermediate size that rounding to 128 pads further than rounding to 64 (288, 192)."""
     i = config.shape.intermediate
     return round_up(i, 128) != round_up(i, 64)
+
+
+HIDDEN_256_BACKENDS = (
+    Mxfp4MoeBackend.FLASHINFER_TRTLLM,
+    Mxfp4MoeBackend.FLASHINFER_CUTLASS_SM90,
+    Mxfp4MoeBackend.AITER_A16W4,
+    Mxfp4MoeBackend.MARLIN,
+)
+"""The backends whose ``Mxfp4MoEMethod`` buffers round the hidden size to 256 (``FusedMoE.__init__`` for
+``flashinfer_mxfp4``, ``create_weights`` for AITER and Marlin)."""
 
 
 SGLANG_KNOWN_FAILURES: tuple[KnownFailure, ...] = (
@@ -1334,8 +1384,49 @@ SGLANG_KNOWN_FAILURES: tuple[KnownFailure, ...] = (
             match=r"The size of tensor a \(\d+\) must match the size of tensor b \(\d+\)",
             backend=backend.value,
         )
-        for backend, selection in MXFP4_BACKENDS.items()
-        if not selection.stacked_via_quark and not selection.triton_kernels
+        for backend in HIDDEN_256_BACKENDS
+    ),
+    KnownFailure(
+        MXFP4_MOE,
+        "deep_gemm (DeepGEMM's fp8 x MXFP4 grouped GEMM): Mxfp4MoEMethod.create_weights keeps the checkpoint's "
+        "sizes ('no padding'), while the runner quantizes activations to FP8 in 128-element groups along K "
+        "(recipe (1, 128)): H % 128 != 0 or I/tp % 128 != 0 reach the kernel unpadded (MiniMax-M2-shaped "
+        "I = 1536 at TP8: 192); SGLang's deep_gemm MXFP4 models run H 7168 / 3072; found by this suite, not "
+        "reported upstream",
+        f"{SGLANG_SOURCE}/layers/quantization/mxfp4.py",
+        applies=_deep_gemm_k_not_128,
+        raises=AssertionError,
+        match=r"DeepGEMM quantizes activations in 128-element groups",
+        backend=Mxfp4MoeBackend.VLLM_CUTLASS.value,
+        check="check_backend_accepts",
+    ),
+    *(
+        KnownFailure(
+            MXFP4_MOE,
+            "deep_gemm: gpt-oss-form MXFP4 experts (row-interleaved gate/up pairs, expert biases) are handed to "
+            "DeepGEMM as loaded: the branch does not de-interleave them (Mxfp4MoEMethod.process_weights_after_loading "
+            "only views and re-lays the scales), the runner's activation reads GEMM1's output as [gate; up] halves, "
+            "and DeepGemmMoeQuantInfo carries no biases; nothing keeps gpt-oss off --moe-runner-backend deep_gemm "
+            "(model_overrides/gpt_oss.py picks it only for MUSA bf16); found by this suite, not reported upstream",
+            f"{SGLANG_SOURCE}/layers/moe/moe_runner/deep_gemm.py",
+            applies=_gpt_oss_form,
+            raises=AssertionError,
+            match=r"reads them \(gate;up\)|reads FC1 rows as gate;up",
+            backend=Mxfp4MoeBackend.VLLM_CUTLASS.value,
+            check=check,
+        )
+        for check in ("check_gate_up_pairing", "check_padding_invariance")
+    ),
+    KnownFailure(
+        MXFP4_MOE,
+        "deep_gemm, gpt-oss-form experts with biases: the entry above seen by re-aligning the output; its rows are "
+        "gpt-oss's pairs where the kernel reads [gate; up], so loading them again as gpt-oss's (biases) reorders them",
+        f"{SGLANG_SOURCE}/layers/moe/moe_runner/deep_gemm.py",
+        applies=lambda config: config.bias,
+        raises=AssertionError,
+        match=r"not idempotent",
+        backend=Mxfp4MoeBackend.VLLM_CUTLASS.value,
+        check="check_minimal_and_idempotent",
     ),
     KnownFailure(
         MXFP4_MOE,
