@@ -11,8 +11,9 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 import torch
+from hypothesis import currently_in_test_context, reject
 
-from contracts.errors import UnsupportedConfig
+from contracts.errors import CheckpointNotServed, UnsupportedConfig
 from contracts.moe import TENSOR_DTYPES, AlignedMoe, MoeAlignment, MoeWeights
 from harness.repro import record_event
 from reference.errors import NanEncodingError
@@ -24,9 +25,16 @@ TENSORS = ("w13", "w13_scale", "w2", "w2_scale", "w13_bias", "w2_bias")
 def align_checked(
     policy: MoeAlignment, backend: enum.Enum, weights: MoeWeights, gated: bool, describe: str
 ) -> AlignedMoe:
-    """``policy.align_moe``; a refusal (:class:`UnsupportedConfig`) of a real shape is a failure."""
+    """``policy.align_moe``; a refusal (:class:`UnsupportedConfig`) of a real shape is a failure. A policy for an
+    engine path without a loader for the checkpoint's form (:class:`CheckpointNotServed`: no checkpoint it
+    serves has that form) is not judged on it: Hypothesis draws another example (a reproduction re-raises)."""
     try:
         aligned = policy.align_moe(backend, weights, gated)
+    except CheckpointNotServed as exc:
+        record_event(f"checkpoint form not served: {exc}")
+        if currently_in_test_context():
+            reject()
+        raise
     except UnsupportedConfig as exc:
         raise AssertionError(f"policy refused a shape real models produce ({describe}): {exc}") from exc
     record_event(

@@ -186,7 +186,8 @@ def check_every_element_on_one_rank(config: ShardingConfig, backend: None, polic
                 f"rank {r}: channels at [{s.start}, {s.start + s.real}) overrun its buffer of {buffer}"
             )
             covered += s.real
-        assert covered == config.intermediate, (
+        # an EP rank without experts (E < ep) holds no channel to cover (a loader-driven policy reads none back)
+        assert covered == config.intermediate or not group[0].experts, (
             f"EP rank {ep_rank}'s TP ranks cover {covered} of {config.intermediate} channels"
         )
     w2_bias_holders: dict[int, list[int]] = {}

@@ -12,3 +12,9 @@ class LibraryUnavailable(RuntimeError):
 
 class UnsupportedConfig(Exception):
     """A policy refuses a configuration (for example vLLM's NotImplementedError for gated CUTLASS)."""
+
+
+class CheckpointNotServed(UnsupportedConfig):
+    """An engine path has no loader for a checkpoint's form (its models store no such checkpoint, e.g. expert
+    biases on a path whose methods allocate none): the properties record the example as not served and draw
+    another, instead of counting a refusal of a real shape."""

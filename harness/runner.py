@@ -36,6 +36,7 @@ from typing import Any
 
 import pytest
 from hypothesis import currently_in_test_context, event, note
+from hypothesis.errors import UnsatisfiedAssumption
 
 from contracts.errors import LibraryUnavailable
 from harness.repro import Reproduction
@@ -149,6 +150,8 @@ def run_check(
                 fn(config, backend, policy)
     except LibraryUnavailable as exc:
         pytest.skip(str(exc))
+    except UnsatisfiedAssumption:  # the example was rejected (conformance.moe_checks.align_checked), not failed
+        raise
     except BaseException as exc:
         state.last_failure[nodeid] = repro
         stats.counterexample = summary
@@ -182,7 +185,7 @@ def _expect_failure(
     """Run a check where known upstream bugs apply: only a failure one of them describes is expected."""
     try:
         fn(config, backend, policy)
-    except LibraryUnavailable:
+    except (LibraryUnavailable, UnsatisfiedAssumption):
         raise
     except Exception as exc:
         bug = next((k for k in known if k.recognises(exc)), None)

@@ -29,6 +29,7 @@ _CONTRACT_MODULES = (
     "subjects.moe_sharding",
     "subjects.vllm",
     "subjects.sglang",
+    "subjects.sglang_dsv4",
 )
 
 

@@ -9,13 +9,15 @@ so its constructor picks the quant method, which allocates and rounds; the linea
 adapter's docstring:
 
 * ``nvfp4_moe``: :class:`SglangNvfp4MoeAlignment` (``ModelOptNvFp4FusedMoEMethod.create_weights``,
-  ``FusedMoE.weight_loader``, ``process_weights_after_loading``: the TRT-LLM and the CUTLASS branch);
+  ``FusedMoE.weight_loader``, ``process_weights_after_loading``: the TRT-LLM, CUTLASS and CuteDSL branches;
+  :data:`NVFP4_NOT_MAPPED`: the backends SGLang has no path to);
 * ``mxfp4_linear``: :class:`SglangQuarkMxfp4Linear` (``QuarkW4A4MXFP4.process_weights_after_loading``:
   the AITER ASM guard and each path's weight preparation; the activation quantizer of each path read
   from ``apply_weights``' source);
 * ``mxfp4_moe``: :class:`SglangMxfp4MoeAlignment` (``Mxfp4MoEMethod`` per backend: ``create_weights``'
   rounding, the gpt-oss and the stacked per-expert loaders' placement, ``process_weights_after_loading``
-  with its GPU-only layout calls passed through);
+  with its GPU-only layout calls passed through, triton_kernels' and DeepGEMM's modules stood in;
+  :data:`MXFP4_NOT_MAPPED`: the backends not served by ``Mxfp4MoEMethod``);
 * ``moe_sharding``: :class:`subjects.sglang_sharding.SglangMoeSharding` (``FusedMoE.weight_loader`` of a
   real ``FusedMoE`` per rank, :func:`load_nvfp4_rank` and :func:`load_mxfp4_rank`).
 
@@ -261,26 +263,31 @@ def moe_backend(runner_backend: str, **platform: bool) -> Iterator[types.SimpleN
         yield m
 
 
-def parallel_layout(tp: int, rank: int) -> dict[str, int]:
-    """SGLang's parallel fields for rank ``rank`` of a plain tensor-parallel group of ``tp``: attention and
-    MoE both tensor-parallel over all ``tp`` ranks (no DP, CP or EP), as ``_validate_parallel`` requires."""
+def parallel_layout(tp: int, rank: int, ep: int = 1) -> dict[str, int]:
+    """SGLang's parallel fields for rank ``rank`` of ``tp·ep`` ranks whose MoE layers are ``tp``-way tensor- and
+    ``ep``-way expert-parallel (no DP or CP): attention tensor-parallel over all ranks, and SGLang's numbering
+    ``moe_ep_rank = rank // moe_tp_size``, ``moe_tp_rank = rank % moe_tp_size``, as ``_validate_parallel``
+    requires (``tp_size == moe_ep_size · moe_dp_size · moe_tp_size``)."""
+    world = tp * ep
     return dict(
-        tp_size=tp, tp_rank=rank, attn_tp_size=tp, attn_tp_rank=rank, attn_dp_size=1, attn_dp_rank=0,
-        attn_cp_size=1, attn_cp_rank=0, moe_tp_size=tp, moe_tp_rank=rank, moe_ep_size=1, moe_ep_rank=0,
-        moe_dp_size=1,
+        tp_size=world, tp_rank=rank, attn_tp_size=world, attn_tp_rank=rank, attn_dp_size=1, attn_dp_rank=0,
+        attn_cp_size=1, attn_cp_rank=0, moe_tp_size=tp, moe_tp_rank=rank % tp, moe_ep_size=ep,
+        moe_ep_rank=rank // tp, moe_dp_size=1,
     )  # fmt: skip
 
 
 @contextlib.contextmanager
-def sglang_layer_context(runner_backend: str, platform: dict[str, bool], tp: int = 1, rank: int = 0) -> Iterator[Any]:
+def sglang_layer_context(
+    runner_backend: str, platform: dict[str, bool], tp: int = 1, rank: int = 0, ep: int = 1
+) -> Iterator[Any]:
     """What a real ``FusedMoE(...)`` needs to be constructed: the backend and platform (:func:`moe_backend`),
     a published dummy ``ServerArgs`` (``get_context().override_server_args()``, SGLang's test hook) and the
-    MoE parallel layout ``moe_tp_size = tp``, ``moe_tp_rank = rank``, no EP."""
+    MoE parallel layout of rank ``rank`` of a ``tp`` x ``ep`` grid (:func:`parallel_layout`)."""
     with moe_backend(runner_backend, **platform) as m:
         context = m.ctx.get_context()
         with (
             context.override_server_args(),
-            m.ctx.get_parallel().override(**parallel_layout(tp, rank)),
+            m.ctx.get_parallel().override(**parallel_layout(tp, rank, ep)),
         ):
             yield m
 
@@ -414,15 +421,22 @@ def load_nvfp4_checkpoint(layer: torch.nn.Module, weights: MoeWeights, gated: bo
 
 @contextlib.contextmanager
 def nvfp4_fused_moe(
-    backend: Nvfp4MoeBackend, experts: int, hidden: int, intermediate: int, gated: bool, tp: int = 1, rank: int = 0
+    backend: Nvfp4MoeBackend,
+    experts: int,
+    hidden: int,
+    intermediate: int,
+    gated: bool,
+    tp: int = 1,
+    rank: int = 0,
+    ep: int = 1,
 ) -> Iterator[tuple[types.SimpleNamespace, torch.nn.Module]]:
-    """A real ``FusedMoE`` of rank ``rank`` of ``tp`` for a ModelOpt NVFP4 checkpoint (``ModelOptFp4Config``,
+    """A real ``FusedMoE`` of rank ``rank`` of a ``tp`` x ``ep`` grid (:func:`parallel_layout`) for a ModelOpt NVFP4 checkpoint (``ModelOptFp4Config``,
     group 16, per-token activation scales where :data:`NVFP4_BACKENDS` says) of global ``intermediate``
     size, under ``--moe-runner-backend`` :data:`NVFP4_BACKENDS` on a B200 (:func:`sglang_layer_context`): its
     constructor picks ``ModelOptNvFp4FusedMoEMethod``, whose ``create_weights`` rounds and allocates."""
     if backend not in NVFP4_BACKENDS:
         raise LibraryUnavailable(_not_mapped(backend))
-    with sglang_layer_context(NVFP4_BACKENDS[backend].runner, BLACKWELL, tp, rank) as m:
+    with sglang_layer_context(NVFP4_BACKENDS[backend].runner, BLACKWELL, tp, rank, ep) as m:
         config = m.modelopt.ModelOptFp4Config(
             is_checkpoint_nvfp4_serialized=True,
             group_size=16,
@@ -440,14 +454,16 @@ def nvfp4_fused_moe(
 
 
 def load_nvfp4_rank(
-    backend: Nvfp4MoeBackend, checkpoint: MoeWeights, gated: bool, tp: int, rank: int
+    backend: Nvfp4MoeBackend, checkpoint: MoeWeights, gated: bool, tp: int, rank: int, ep: int = 1
 ) -> tuple[MoeWeights, int]:
-    """Rank ``rank`` of ``tp``'s expert buffers after SGLang's loader has read the whole (unsharded)
-    ``checkpoint``: a real ``FusedMoE`` of that rank (:func:`nvfp4_fused_moe`) and
-    ``FusedMoE.weight_loader`` on every full checkpoint tensor, before any post-load processing.
+    """Rank ``rank`` of a ``tp`` x ``ep`` grid's expert buffers after SGLang's loader has read the whole
+    (unsharded) ``checkpoint``: a real ``FusedMoE`` of that rank (:func:`nvfp4_fused_moe`) and
+    ``FusedMoE.weight_loader`` on every full checkpoint tensor of every expert (it maps global expert ids to
+    the rank's own, ``_map_global_expert_id_to_local_expert_id``, and skips the others), before any post-load
+    processing.
     Returns the buffers (FC1 rows ``[up; gate]``, bytes) and the per-rank intermediate size."""
     e, h, i = checkpoint.w13.shape[0], checkpoint.hidden_size, checkpoint.intermediate_size
-    with nvfp4_fused_moe(backend, e, h, i, gated, tp, rank) as (_, layer):
+    with nvfp4_fused_moe(backend, e, h, i, gated, tp, rank, ep) as (_, layer):
         load_nvfp4_checkpoint(layer, checkpoint, gated)
         loaded = MoeWeights(
             w13=layer.w13_weight.detach().clone(), w13_scale=layer.w13_weight_scale.detach().view(torch.uint8).clone(),
@@ -458,7 +474,7 @@ def load_nvfp4_rank(
 
 
 class SglangNvfp4MoeAlignment:
-    """SGLang's ModelOpt NVFP4 MoE path (``ModelOptNvFp4FusedMoEMethod``) for FlashInfer TRT-LLM and CUTLASS.
+    """SGLang's ModelOpt NVFP4 MoE path (``ModelOptNvFp4FusedMoEMethod``) for FlashInfer TRT-LLM, CUTLASS and CuteDSL.
 
     A real ``FusedMoE`` at TP 1 holding the rank's experts (:func:`nvfp4_fused_moe`: ``create_weights``'
     intermediate rounding), ``FusedMoE.weight_loader`` for every expert tensor
@@ -471,7 +487,9 @@ class SglangNvfp4MoeAlignment:
       them; the properties run FlashInfer's shuffle helpers themselves.
     * a branch without one runs whole (CUTLASS: ``swizzle_blockscale`` is pure torch); the swizzled scales are read
       back with the reference inverse of the 128x4 swizzle, and the intermediate size the kernel sees
-      is read off ``w2`` (the CUTLASS runner takes it from the weight shapes).
+      is read off ``w2`` (the CUTLASS runner takes it from the weight shapes). CuteDSL runs the same branch
+      after regrouping gated FC1 rows into 64-row ``[up; gate]`` groups (read back through the inverse), with
+      FlashInfer's ``convert_sf_to_mma_layout`` (nvidia-cutlass-dsl) stood in (:func:`stand_in_function`).
 
     How SGLang splits a checkpoint over TP ranks (whole padded blocks under TRT-LLM,
     ``reference.sizes.padded_split``) is :func:`load_nvfp4_rank`'s, checked by ``tests/test_sglang_subject.py``.
@@ -866,9 +884,9 @@ def load_stacked_experts(layer: torch.nn.Module, weights: MoeWeights) -> None:
 
 @contextlib.contextmanager
 def mxfp4_layer(
-    backend: Mxfp4MoeBackend, checkpoint: MoeWeights, tp: int = 1, rank: int = 0
+    backend: Mxfp4MoeBackend, checkpoint: MoeWeights, tp: int = 1, rank: int = 0, ep: int = 1
 ) -> Iterator[tuple[types.SimpleNamespace, torch.nn.Module]]:
-    """Rank ``rank`` of ``tp`` of an MXFP4 MoE layer after SGLang's loader has read the whole ``checkpoint``.
+    """Rank ``rank`` of a ``tp`` x ``ep`` grid (:func:`parallel_layout`) of an MXFP4 MoE layer after SGLang's loader has read the whole ``checkpoint``.
 
     A real ``FusedMoE`` (``Mxfp4Config(is_checkpoint_mxfp4_serialized=True)``) built under ``backend``'s
     selection (:data:`MXFP4_BACKENDS`, :func:`sglang_layer_context`): its constructor rounds the hidden
@@ -893,7 +911,7 @@ def mxfp4_layer(
     e, h, i = checkpoint.w13.shape[0], checkpoint.hidden_size, checkpoint.intermediate_size
     interleaved = gpt_oss_family(checkpoint)
     checkpoint = relayout_moe(checkpoint, Fc1Layout.GATE_UP_INTERLEAVED if interleaved else Fc1Layout.GATE_UP)
-    with sglang_layer_context(runner.runner, runner.platform, tp, rank) as m, contextlib.ExitStack() as stack:
+    with sglang_layer_context(runner.runner, runner.platform, tp, rank, ep) as m, contextlib.ExitStack() as stack:
         for name, value in runner.switches.items():
             stack.enter_context(mock.patch.object(m.mxfp4, name, value))
         config = m.mxfp4.Mxfp4Config(is_checkpoint_mxfp4_serialized=True)
@@ -929,13 +947,16 @@ def _layer_weights(layer: torch.nn.Module, fc1_layout: Fc1Layout, biased: bool) 
     )  # fmt: skip
 
 
-def load_mxfp4_rank(backend: Mxfp4MoeBackend, checkpoint: MoeWeights, tp: int, rank: int) -> tuple[MoeWeights, int]:
-    """Rank ``rank`` of ``tp``'s expert buffers after SGLang's loader has read the whole (unsharded)
-    ``checkpoint`` (:func:`mxfp4_layer`), before any post-load processing: FC1 rows as loaded
-    (interleaved pairs in the leading corner, padded scales E8M0 127), biases fp32. Returns them and the
-    per-rank intermediate size of the buffer."""
-    with mxfp4_layer(backend, checkpoint, tp, rank) as (_, layer):
-        loaded = _layer_weights(layer, checkpoint.fc1_layout, checkpoint.w13_bias is not None)
+def load_mxfp4_rank(
+    backend: Mxfp4MoeBackend, checkpoint: MoeWeights, tp: int, rank: int, ep: int = 1
+) -> tuple[MoeWeights, int]:
+    """Rank ``rank`` of a ``tp`` x ``ep`` grid's expert buffers after SGLang's loader has read the whole (unsharded)
+    ``checkpoint`` (:func:`mxfp4_layer`), before any post-load processing: FC1 rows as loaded, in the
+    family's layout (gpt-oss's interleaved pairs in the leading corner, padded scales E8M0 127; stacked
+    ``[gate; up]`` halves), biases fp32. Returns them and the per-rank intermediate size of the buffer."""
+    layout = Fc1Layout.GATE_UP_INTERLEAVED if gpt_oss_family(checkpoint) else Fc1Layout.GATE_UP
+    with mxfp4_layer(backend, checkpoint, tp, rank, ep) as (_, layer):
+        loaded = _layer_weights(layer, layout, checkpoint.w13_bias is not None)
         return loaded, loaded.intermediate_size
 
 
@@ -961,9 +982,9 @@ groups, E8M0 scales), which ``QuarkConfig.from_config`` reads."""
 
 @contextlib.contextmanager
 def quark_layer(
-    checkpoint: MoeWeights, tp: int = 1, rank: int = 0
+    checkpoint: MoeWeights, tp: int = 1, rank: int = 0, ep: int = 1
 ) -> Iterator[tuple[types.SimpleNamespace, torch.nn.Module]]:
-    """Rank ``rank`` of ``tp`` of a Quark OCP-MX MXFP4 MoE layer on AITER after SGLang's loader has read the
+    """Rank ``rank`` of a ``tp`` x ``ep`` grid (:func:`parallel_layout`) of a Quark OCP-MX MXFP4 MoE layer on AITER after SGLang's loader has read the
     whole stacked ``[gate; up]`` ``checkpoint``, before post-load processing.
 
     A real ``FusedMoE`` with ``QuarkConfig.from_config(QUARK_OCP_MX_CONFIG)`` under :data:`MXFP4_BACKENDS`'
@@ -978,7 +999,7 @@ def quark_layer(
     runner = MXFP4_BACKENDS[Mxfp4MoeBackend.AITER]
     e, h, i = checkpoint.w13.shape[0], checkpoint.hidden_size, checkpoint.intermediate_size
     checkpoint = relayout_moe(checkpoint, Fc1Layout.GATE_UP)
-    with sglang_layer_context(runner.runner, runner.platform, tp, rank) as m, contextlib.ExitStack() as stack:
+    with sglang_layer_context(runner.runner, runner.platform, tp, rank, ep) as m, contextlib.ExitStack() as stack:
         for name in QUARK_SWITCHES:
             stack.enter_context(mock.patch.object(m.quark_moe, name, True))
         config = m.quark.QuarkConfig.from_config(QUARK_OCP_MX_CONFIG)
@@ -1001,9 +1022,9 @@ QUARK_DEVICE_CALLS = (("quark_moe", "e8m0_shuffle"), ("quark_moe", "shuffle_weig
 scales viewed ``[E·N, K/32]``, ``shuffle_weight(w, (16, 16))``), passed through by :func:`process_mxfp4_layer`."""
 
 
-def load_quark_mxfp4_rank(checkpoint: MoeWeights, tp: int, rank: int) -> tuple[MoeWeights, int]:
+def load_quark_mxfp4_rank(checkpoint: MoeWeights, tp: int, rank: int, ep: int = 1) -> tuple[MoeWeights, int]:
     """:func:`quark_layer`'s buffers (FC1 ``[gate; up]`` halves) and the per-rank intermediate size of the buffer."""
-    with quark_layer(checkpoint, tp, rank) as (_, layer):
+    with quark_layer(checkpoint, tp, rank, ep) as (_, layer):
         loaded = _layer_weights(layer, Fc1Layout.GATE_UP, False)
         return loaded, loaded.intermediate_size
 
@@ -1138,6 +1159,10 @@ class SglangMxfp4MoeAlignment:
     (:func:`process_mxfp4_layer`): sizes, placement, pad values and FC1 row order are SGLang's. How SGLang
     splits a checkpoint over TP ranks is :func:`load_mxfp4_rank`'s and :func:`load_quark_mxfp4_rank`'s,
     checked against ``reference.sizes`` by ``tests/test_sglang_subject.py``.
+
+    Under ``triton_kernel`` the post-load branch hands the layer to triton_kernels, read back from what it hands
+    ``convert_layout`` (:func:`process_triton_kernels_layer`); under ``deep_gemm`` DeepGEMM's scale transform is
+    stood in (:data:`DEVICE_STAND_INS`).
 
     Not adapted: DeepSeek-V4's FP4 experts under ``Fp8Config`` (``Mxfp4FlashinferTrtllmMoEMethod``,
     ``Mxfp4FlashinferCutlassMoEMethod``, ``Mxfp4MarlinMoEMethod``: unpadded buffers, padded after loading).
@@ -1477,43 +1502,130 @@ SGLANG_KNOWN_FAILURES: tuple[KnownFailure, ...] = (
 )
 
 
+def _sharding_backend(config: Any) -> Nvfp4MoeBackend | Mxfp4MoeBackend:
+    """The backend whose runner loads a ``ShardingConfig``'s shards (:mod:`subjects.sglang_sharding`'s default
+    where none is drawn)."""
+    from subjects.sglang_sharding import MXFP4_BACKEND, NVFP4_BACKEND
+
+    return config.kernel_backend or (NVFP4_BACKEND if config.block == 16 else MXFP4_BACKEND)
+
+
+def _nvfp4_unrounded(config: Any) -> bool:
+    """An NVFP4 ``ShardingConfig`` whose runner allocates ``I/tp`` channels (every mapped one but TRT-LLM's)."""
+    runner = NVFP4_BACKENDS.get(_sharding_backend(config))
+    return runner is not None and runner.runner != "flashinfer_trtllm"
+
+
+def _stacked_mxfp4(config: Any, via_quark: bool) -> bool:
+    """A stacked ``[gate; up]`` MXFP4 ``ShardingConfig`` without biases loaded by Quark OCP-MX's
+    ``QuarkW4A4MXFp4MoE`` (``via_quark``: the AITER backends) or else by ``Mxfp4MoEMethod``'s per-expert loader
+    (the triton_kernel runner aside: it does not load them at all)."""
+    runner = MXFP4_BACKENDS.get(_sharding_backend(config))
+    stacked = config.gated and config.block == 32 and not config.layout.interleaved and not config.bias
+    return stacked and runner is not None and runner.stacked_via_quark is via_quark and not runner.triton_kernels
+
+
+UNROUNDED_MXFP4_BACKENDS = (Mxfp4MoeBackend.FLASHINFER_CUTLASS_SM90, Mxfp4MoeBackend.VLLM_CUTLASS)
+"""The backends whose ``Mxfp4MoEMethod.create_weights`` allocates ``I/tp`` rows per half unrounded (the SM90
+CUTLASS branch pads after loading; ``deep_gemm`` keeps the checkpoint's sizes)."""
+
+
+def _stacked_hidden_crash(config: Any) -> bool:
+    """A stacked ``ShardingConfig`` whose ``Mxfp4MoEMethod`` buffer rounds the hidden size to 256
+    (:data:`HIDDEN_256_BACKENDS`) past the checkpoint's, so ``FusedMoE._load_w13`` / ``_load_w2`` fail to copy."""
+    backend = _sharding_backend(config)
+    return _stacked_mxfp4(config, via_quark=False) and backend in HIDDEN_256_BACKENDS and config.hidden % 256 != 0
+
+
+def _even_split_cuts_groups(config: Any) -> bool:
+    """A ``ShardingConfig`` SGLang's ``FusedMoE`` accepts (``I % tp``, ``E % ep``) whose even split ``I/tp``
+    is not a whole number of groups."""
+    part, rem = divmod(config.intermediate, config.tp)
+    return rem == 0 and config.experts % config.ep_size == 0 and part % config.block != 0
+
+
 SGLANG_SHARDING_FAILURES: tuple[KnownFailure, ...] = (
     KnownFailure(
         MOE_SHARDING,
-        "stacked [gate; up] MXFP4 experts: the mxfp4_moe ledger's load crash (every MXFP4 backend allocates the "
+        "stacked [gate; up] MXFP4 experts: the mxfp4_moe ledger's load crash (the HIDDEN_256_BACKENDS allocate the "
         "hidden size rounded to 256, FusedMoE._load_w13 / _load_w2 copy the checkpoint's full width) hits every "
         "rank's load when H % 256 != 0; found by this suite, not reported upstream",
         f"{SGLANG_SOURCE}/layers/moe/fused_moe_triton/layer.py",
-        applies=lambda config: (
-            config.gated
-            and config.block == 32
-            and not config.layout.interleaved
-            and config.hidden % 256 != 0
-            and config.ep_size == 1
-            and not config.bias  # the adapter drives neither (UnsupportedConfig)
-        ),
+        applies=lambda config: _stacked_hidden_crash(config) and config.experts % config.ep_size == 0,
         raises=RuntimeError,
         match=r"The size of tensor a \(\d+\) must match the size of tensor b \(\d+\)",
     ),
     KnownFailure(
         MOE_SHARDING,
         "stacked [gate; up] MXFP4 experts (Kimi-K3, MiniMax-M3 form): FusedMoE._load_w13 / _load_w2 narrow each "
-        "projection evenly, I/tp channels per rank, into a buffer rounded to whole blocks, so where (I/tp) % 32 != 0 "
+        "projection evenly, I/tp channels per rank, into the backend's buffer, so where (I/tp) % 32 != 0 "
         "a rank's channels straddle 32-groups and pair with the wrong scales: silently wrong output (the vLLM #49949 "
         "split); no SGLang model with stacked MXFP4 experts has such I/tp; found by this suite, not reported upstream",
         f"{SGLANG_SOURCE}/layers/moe/fused_moe_triton/layer.py",
         applies=lambda config: (
-            config.gated
-            and config.block == 32
-            and not config.layout.interleaved
-            and config.hidden % 256 == 0
-            and config.ep_size == 1
-            and not config.bias
-            and config.intermediate % config.tp == 0
-            and (config.intermediate // config.tp) % 32 != 0
+            _stacked_mxfp4(config, via_quark=False)
+            and not _stacked_hidden_crash(config)
+            and _even_split_cuts_groups(config)
         ),
         raises=AssertionError,
         match=r"which cut a \d+-element scale group|do not sum to the layer's|is not a whole number of \d+-element groups",
+    ),
+    KnownFailure(
+        MOE_SHARDING,
+        "flashinfer_cutlass and flashinfer_cutedsl NVFP4 (ModelOptNvFp4FusedMoEMethod): create_weights allocates "
+        "I/tp channels (only the TRT-LLM branch rounds them, to 64) and FusedMoE._load_w13 / _load_w2 narrow every "
+        "tensor by its own size / tp, so where (I/tp) % 16 != 0 (Gemma-4-26B-A4B I = 704 at TP 16: 44) a rank's "
+        "channels straddle 16-groups and pair with the wrong scales (the vLLM #49949 split); found by this suite, "
+        "not reported upstream",
+        f"{SGLANG_SOURCE}/layers/moe/fused_moe_triton/layer.py",
+        applies=lambda config: config.block == 16 and _nvfp4_unrounded(config) and _even_split_cuts_groups(config),
+        raises=AssertionError,
+        match=r"which cut a \d+-element scale group|do not sum to the layer's|is not a whole number of \d+-element groups",
+    ),
+    KnownFailure(
+        MOE_SHARDING,
+        "flashinfer_mxfp4 on SM90 (CUTLASS mixed GEMM) and deep_gemm: Mxfp4MoEMethod.create_weights allocates I/tp "
+        "rows per half "
+        "(padding comes after loading), but GptOssForCausalLM._load_mxfp4_experts_weights narrows whole 32-blocks, "
+        "cdiv(I/32, tp)·32 channels, so where (I/tp) % 32 != 0 a full rank does not fit its buffer (gpt-oss I = 2880 "
+        "at TP 4: 736 > 720); found by this suite, not reported upstream (the path came with PR #24816)",
+        f"{SGLANG_SOURCE}/models/gpt_oss.py",
+        applies=lambda config: (
+            _sharding_backend(config) in UNROUNDED_MXFP4_BACKENDS
+            and config.block == 32
+            and config.layout.interleaved
+            and _even_split_cuts_groups(config)
+        ),
+        raises=RuntimeError,
+        match=r"The size of tensor a \(\d+\) must match the size of tensor b \(\d+\)",
+    ),
+    KnownFailure(
+        MOE_SHARDING,
+        "Quark OCP-MX MXFP4 on AITER (QuarkW4A4MXFp4MoE): _rank_chunk_padding_loader narrows I/tp channels per rank "
+        "and zero-pads them to ru(I/tp, 256), so where (I/tp) % 32 != 0 (DeepSeek-V4.1-Flash I = 2304 at TP 16: "
+        "144) a rank's channels straddle 32-groups and pair with the wrong scales; found by this suite, not reported "
+        "upstream",
+        f"{SGLANG_SOURCE}/layers/quantization/quark/schemes/quark_w4a4_mxfp4_moe.py",
+        applies=lambda config: _stacked_mxfp4(config, via_quark=True) and _even_split_cuts_groups(config),
+        raises=AssertionError,
+        match=r"which cut a \d+-element scale group|do not sum to the layer's|is not a whole number of \d+-element groups",
+    ),
+    KnownFailure(
+        MOE_SHARDING,
+        "triton_kernel: stacked [gate; up] MXFP4 experts do not load (the mxfp4_moe ledger's: FusedMoE._load_w13 / "
+        "_load_w2 transpose every non-bias tensor under use_triton_kernels, Mxfp4MoEMethod's buffers keep [E, N, K/2]) "
+        "on any rank; found by this suite, not reported upstream",
+        f"{SGLANG_SOURCE}/layers/moe/fused_moe_triton/layer.py",
+        applies=lambda config: (
+            _sharding_backend(config) is Mxfp4MoeBackend.TRITON_SM90
+            and config.gated
+            and not config.layout.interleaved
+            and not config.bias
+            and config.intermediate % config.tp == 0
+            and config.experts % config.ep_size == 0
+        ),
+        raises=RuntimeError,
+        match=r"The size of tensor a \(\d+\) must match the size of tensor b \(\d+\)",
     ),
 )
 """Upstream bugs of SGLang 0.5.23 that the ``moe_sharding`` properties meet (:mod:`subjects.sglang_sharding`)."""

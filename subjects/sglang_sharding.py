@@ -33,7 +33,7 @@ from dataclasses import replace
 from backends.mxfp4_moe import Mxfp4MoeBackend
 from backends.nvfp4_moe import Nvfp4MoeBackend
 from contracts.errors import UnsupportedConfig
-from contracts.moe import MoeWeights
+from contracts.moe import MoeWeights, cut_hidden, relayout_moe
 from contracts.moe_sharding import ShardRefused
 from reference.formats import NVFP4_BLOCK
 from reference.layouts import Fc1Layout, relayout_fc1
@@ -48,67 +48,76 @@ MXFP4_BACKEND = Mxfp4MoeBackend.FLASHINFER_TRTLLM
 """The backend whose ``FusedMoE`` of ``Mxfp4MoEMethod`` loads MXFP4 shards for the ``sglang`` subject."""
 
 
-def hidden_cut(w: MoeWeights, hidden: int) -> MoeWeights:
-    """``w`` with its hidden dimension cut back to ``hidden`` (FC1 columns, FC2 rows, ``w2_bias``)."""
-    g = w.block
-    return replace(
-        w, w13=w.w13[..., : hidden // 2], w13_scale=w.w13_scale[..., : hidden // g], w2=w.w2[:, :hidden],
-        w2_scale=w.w2_scale[:, :hidden], w2_bias=None if w.w2_bias is None else w.w2_bias[:, :hidden],
-    )  # fmt: skip
-
-
 @contextmanager
-def uneven_split_refused(intermediate: int, tp: int) -> Iterator[None]:
-    """SGLang's ``FusedMoE.__init__`` assertion ``I % tp == 0``, raised inside, as :class:`ShardRefused`
-    (any other assertion propagates)."""
+def uneven_split_refused(intermediate: int, tp: int, experts: int = 1, ep: int = 1) -> Iterator[None]:
+    """SGLang's ``FusedMoE.__init__`` assertions ``I % moe_tp_size == 0`` and ``E % moe_ep_size == 0``, raised
+    inside, as :class:`ShardRefused` (any other assertion propagates)."""
     try:
         yield
     except AssertionError as exc:
         if intermediate % tp:
             raise ShardRefused(f"SGLang FusedMoE: intermediate size {intermediate} at TP={tp}") from exc
+        if experts % ep:
+            raise ShardRefused(f"SGLang FusedMoE: {experts} experts at EP={ep}") from exc
         raise
 
 
 class SglangMoeSharding(LoaderSharding):
-    """SGLang 0.5.23's ``FusedMoE.weight_loader`` for every rank (module docstring): NVFP4 under ``backend``,
-    MXFP4 under ``mxfp4_backend``."""
-
-    def __init__(
-        self, backend: Nvfp4MoeBackend = NVFP4_BACKEND, mxfp4_backend: Mxfp4MoeBackend = MXFP4_BACKEND
-    ) -> None:
-        self.backend, self.mxfp4_backend = backend, mxfp4_backend
+    """SGLang 0.5.23's ``FusedMoE.weight_loader`` for every rank of a TP x EP grid (module docstring), under
+    the drawn kernel backend's runner (None: :data:`NVFP4_BACKEND` / :data:`MXFP4_BACKEND`)."""
 
     def load_rank(
-        self, ckpt: MoeWeights, gated: bool, tp: int, rank: int, *, ep: int, ep_rank: int, backend
+        self,
+        ckpt: MoeWeights,
+        gated: bool,
+        tp: int,
+        tp_rank: int,
+        *,
+        ep: int,
+        ep_rank: int,
+        backend: Nvfp4MoeBackend | Mxfp4MoeBackend | None,
     ) -> MoeWeights:
-        """Plain TP groups only (``ep > 1`` is not driven: :class:`~contracts.errors.UnsupportedConfig`);
-        ``backend`` is not read: the subject's own ``backend`` / ``mxfp4_backend`` load every shard."""
-        if ep != 1:
-            raise UnsupportedConfig(f"the SGLang sharding adapter drives plain TP groups only, not EP={ep}")
-        if ckpt.block != NVFP4_BLOCK:
-            return self.load_mxfp4(ckpt, gated, tp, rank)
-        return self.load_nvfp4(ckpt, gated, tp, rank)
+        """Rank ``(ep_rank, tp_rank)``: SGLang's rank ``ep_rank·tp + tp_rank`` of ``tp·ep``
+        (:func:`subjects.sglang.parallel_layout`)."""
+        from subjects.sglang import MXFP4_BACKENDS, NVFP4_BACKENDS, _not_mapped
 
-    def load_mxfp4(self, ckpt: MoeWeights, gated: bool, tp: int, rank: int) -> MoeWeights:
-        from subjects.sglang import load_mxfp4_rank
+        rank = ep_rank * tp + tp_rank
+        nvfp4 = ckpt.block == NVFP4_BLOCK
+        if backend is not None and backend not in (NVFP4_BACKENDS if nvfp4 else MXFP4_BACKENDS):
+            raise UnsupportedConfig(_not_mapped(backend))
+        with uneven_split_refused(ckpt.intermediate_size, tp, ckpt.w13.shape[0], ep):
+            if not nvfp4:
+                return self.load_mxfp4(ckpt, gated, tp, rank, ep, backend or MXFP4_BACKEND)
+            return self.load_nvfp4(ckpt, gated, tp, rank, ep, backend or NVFP4_BACKEND)
+
+    @staticmethod
+    def load_mxfp4(ckpt: MoeWeights, gated: bool, tp: int, rank: int, ep: int, backend: Mxfp4MoeBackend) -> MoeWeights:
+        """``Mxfp4MoEMethod``'s loader (:func:`~subjects.sglang.load_mxfp4_rank`), or on a backend that serves
+        stacked checkpoints through Quark OCP-MX (AITER), ``QuarkW4A4MXFp4MoE``'s
+        (:func:`~subjects.sglang.load_quark_mxfp4_rank`)."""
+        from subjects.sglang import MXFP4_BACKENDS, gpt_oss_family, load_mxfp4_rank, load_quark_mxfp4_rank
 
         if not gated:
-            raise UnsupportedConfig("SGLang's Mxfp4MoEMethod runs gated experts only")
+            raise UnsupportedConfig("SGLang's MXFP4 MoE methods run gated experts only")
         if ckpt.w13_bias is not None and not ckpt.fc1_layout.interleaved:
             raise UnsupportedConfig("SGLang loads MXFP4 expert biases from gpt-oss's fused row-interleaved form only")
-        with uneven_split_refused(ckpt.intermediate_size, tp):
-            loaded, _ = load_mxfp4_rank(self.mxfp4_backend, ckpt, tp, rank)
-        return hidden_cut(loaded, ckpt.hidden_size)
+        runner = MXFP4_BACKENDS.get(backend)
+        if runner is not None and runner.stacked_via_quark and not gpt_oss_family(ckpt):
+            loaded, _ = load_quark_mxfp4_rank(ckpt, tp, rank, ep)
+            return cut_hidden(relayout_moe(loaded, ckpt.fc1_layout), ckpt.hidden_size)
+        loaded, _ = load_mxfp4_rank(backend, ckpt, tp, rank, ep)
+        return cut_hidden(loaded, ckpt.hidden_size)
 
-    def load_nvfp4(self, ckpt: MoeWeights, gated: bool, tp: int, rank: int) -> MoeWeights:
+    @staticmethod
+    def load_nvfp4(ckpt: MoeWeights, gated: bool, tp: int, rank: int, ep: int, backend: Nvfp4MoeBackend) -> MoeWeights:
+        """``ModelOptNvFp4FusedMoEMethod``'s loader (:func:`~subjects.sglang.load_nvfp4_rank`)."""
         from subjects.sglang import load_nvfp4_rank
 
         layout = ckpt.fc1_layout
         # load_nvfp4_checkpoint reads FC1 rows as [up; gate] (FlashInfer's order) and keeps that order
         rows = relayout_fc1(ckpt.w13, layout, Fc1Layout.UP_GATE) if gated else ckpt.w13
         scales = relayout_fc1(ckpt.w13_scale, layout, Fc1Layout.UP_GATE) if gated else ckpt.w13_scale
-        with uneven_split_refused(ckpt.intermediate_size, tp):
-            loaded, _ = load_nvfp4_rank(self.backend, replace(ckpt, w13=rows, w13_scale=scales), gated, tp, rank)
+        loaded, _ = load_nvfp4_rank(backend, replace(ckpt, w13=rows, w13_scale=scales), gated, tp, rank, ep)
         if not gated:
             return replace(loaded, fc1_layout=layout)
         return replace(

@@ -21,8 +21,9 @@ from backends.mxfp4_linear import AiterLinearPath
 from backends.mxfp4_moe import Mxfp4MoeBackend
 from backends.nvfp4_moe import Nvfp4MoeBackend
 from conformance import test_mxfp4_linear, test_mxfp4_moe, test_nvfp4_moe
-from contracts.errors import LibraryUnavailable
+from contracts.errors import LibraryUnavailable, UnsupportedConfig
 from contracts.moe import MoeWeights
+from contracts.moe_sharding import ShardRefused
 from reference.formats import MxScaleRounding
 from reference.layouts import Fc1Layout, aiter_shuffle_weight, split_fc1, vllm_asm_scale_swizzle
 from reference.padding import pad_dim
@@ -33,6 +34,7 @@ from strategies.tensors import moe_case
 from subjects import sglang as ss
 from subjects.nvfp4_moe import BuiltinNvfp4MoeAlignment
 from subjects.registry import backends, contracts, resolve
+from subjects.sglang_sharding import SglangMoeSharding
 
 pytestmark = pytest.mark.sglang
 
@@ -473,3 +475,76 @@ def test_quark_mxfp4_loader_split(tp: int) -> None:
             src, dst = getattr(ckpt, name), getattr(loaded, name)
             assert torch.equal(dst[..., : real // per], src[..., start // per : (start + real) // per]), name
             assert not dst[..., real // per :].any(), f"rank {rank} {name} pad"
+
+
+# --- moe_sharding: SGLang's loaders over a TP x EP grid and per runner ----------------------------------
+
+POLICY_SHARDING = SglangMoeSharding()
+
+
+def _nvfp4_weights(experts: int, intermediate: int) -> MoeWeights:
+    """Random NVFP4 expert bytes (codes and scales 1..126), gated, stacked ``[gate; up]``."""
+    g = torch.Generator().manual_seed(experts * intermediate)
+
+    def draw(*shape: int) -> torch.Tensor:
+        return torch.randint(1, 127, shape, generator=g, dtype=torch.int64).to(torch.uint8)
+
+    e, i, h = experts, intermediate, 64
+    return MoeWeights(w13=draw(e, 2 * i, h // 2), w13_scale=draw(e, 2 * i, h // 16), w2=draw(e, h, i // 2),
+                      w2_scale=draw(e, h, i // 16), block=16)  # fmt: skip
+
+
+@pytest.mark.parametrize("backend", [Nvfp4MoeBackend.FLASHINFER_TRTLLM, Nvfp4MoeBackend.FLASHINFER_CUTLASS])
+def test_ep_grid_read_back(backend: Nvfp4MoeBackend) -> None:
+    """TP 2 x EP 2 (SGLang's ``moe_ep_rank = rank // moe_tp_size``): each EP rank's ``FusedMoE.weight_loader`` keeps
+    its ``E / ep`` experts (``_map_global_expert_id_to_local_expert_id``), its TP ranks split their channels."""
+    ckpt = _nvfp4_weights(4, 256)
+    shards = POLICY_SHARDING.shard_moe(ckpt, True, 2, ep=2, backend=backend)
+    assert [s.experts for s in shards] == [(0, 1), (0, 1), (2, 3), (2, 3)]
+    assert [(s.offset, s.real, s.start) for s in shards] == [(0, 128, 0), (128, 128, 0)] * 2
+
+
+def test_ep_gpt_oss_read_back() -> None:
+    """gpt-oss under TP 2 x EP 2: ``_load_mxfp4_experts_weights`` slices the EP rank's experts and the TP rank's
+    whole 32-blocks (gpt-oss I = 2880: 1440 channels each)."""
+    ckpt = _mxfp4_weights(GPT_OSS_I, 256, Fc1Layout.GATE_UP_INTERLEAVED, experts=2)
+    shards = POLICY_SHARDING.shard_moe(ckpt, True, 2, ep=2, backend=Mxfp4MoeBackend.FLASHINFER_TRTLLM)
+    assert [s.experts for s in shards] == [(0,), (0,), (1,), (1,)]
+    assert [(s.offset, s.real) for s in shards] == [(0, 1440), (1440, 1440)] * 2
+
+
+def test_ep_not_dividing_experts_is_refused() -> None:
+    """``FusedMoE.__init__`` asserts ``E % moe_ep_size == 0``: reported as the policy's refusal."""
+    with pytest.raises(ShardRefused, match="3 experts at EP=2"):
+        POLICY_SHARDING.shard_moe(_nvfp4_weights(3, 256), True, 1, ep=2)
+
+
+@pytest.mark.parametrize(
+    ("backend", "want"),
+    [
+        (Mxfp4MoeBackend.FLASHINFER_TRTLLM, 640),  # Mxfp4MoEMethod.create_weights: ru(I/tp, 128)
+        (Mxfp4MoeBackend.MARLIN, 640),  # ru(I/tp, 128)
+        (Mxfp4MoeBackend.AITER, 768),  # Quark OCP-MX's QuarkW4A4MXFp4MoE: get_moe_weight_sizes, ru(I/tp, 256)
+    ],
+)
+def test_stacked_buffer_is_the_runners(backend: Mxfp4MoeBackend, want: int) -> None:
+    """The runner axis: a stacked ``[gate; up]`` checkpoint (I = 2304 at TP 4: 576 per rank) loads under the drawn
+    backend's method, which sizes the buffer; the rank's channels sit at its head."""
+    ckpt = _mxfp4_weights(STACKED_I, 256, Fc1Layout.GATE_UP)
+    shards = POLICY_SHARDING.shard_moe(ckpt, True, 4, backend=backend)
+    assert {s.weights.intermediate_size for s in shards} == {want}
+    assert [(s.offset, s.real, s.start) for s in shards] == [(576 * r, 576, 0) for r in range(4)]
+
+
+def test_cutlass_nvfp4_split_cuts_groups_in_0_5_23() -> None:
+    """SGLang 0.5.23 under ``flashinfer_cutlass``: Gemma-4-26B-A4B's I = 704 at TP 8 gives every rank 88 channels
+    at ``88·r``, inside 16-groups (the ledger's entry). Fails once SGLang splits on whole groups; then update both."""
+    shards = POLICY_SHARDING.shard_moe(_nvfp4_weights(1, 704), True, 8, backend=Nvfp4MoeBackend.FLASHINFER_CUTLASS)
+    assert [(s.offset, s.real) for s in shards] == [(88 * r, 88) for r in range(8)]
+    assert {s.weights.intermediate_size for s in shards} == {88}
+
+
+def test_unmapped_backend_is_not_served() -> None:
+    """A backend without an SGLang runner (``NVFP4_BACKENDS``) is :class:`~contracts.errors.UnsupportedConfig`."""
+    with pytest.raises(UnsupportedConfig):
+        POLICY_SHARDING.shard_moe(_nvfp4_weights(1, 256), True, 2, backend=Nvfp4MoeBackend.VLLM_CUTLASS)

@@ -31,6 +31,7 @@ from reference.layouts import Fc1Layout, aiter_shuffle_weight, grouped_gate_up_i
 from strategies.shared_expert import shared_expert_case
 from subjects import vllm as sv
 from subjects.registry import backends, contracts, resolve
+from subjects.vllm_sharding import VllmMoeSharding
 
 pytestmark = pytest.mark.vllm
 
@@ -341,3 +342,87 @@ def test_nvfp4_vllm_cutlass_keeps_w1_w3() -> None:
     labelled = MoeWeights(w13, weights.w13_scale, weights.w2, weights.w2_scale, block=16)
     aligned = sv.VllmNvfp4MoeAlignment().align_moe(Nvfp4MoeBackend.VLLM_CUTLASS, labelled, True)
     assert torch.equal(aligned.weights.w13, w13)
+
+
+# --- moe_sharding: vLLM's loaders over a TP x EP grid and per backend ------------------------------------
+
+
+def _sharding_weights(experts: int, intermediate: int, block: int, layout: Fc1Layout, bias: bool) -> MoeWeights:
+    """Random FP4 expert bytes (codes and scales 1..126); bf16 biases when ``bias``."""
+    g = torch.Generator().manual_seed(experts * intermediate)
+    e, i, h = experts, intermediate, 256
+
+    def draw(*shape: int) -> torch.Tensor:
+        return torch.randint(1, 127, shape, generator=g, dtype=torch.int64).to(torch.uint8)
+
+    return MoeWeights(
+        w13=draw(e, 2 * i, h // 2), w13_scale=draw(e, 2 * i, h // block), w2=draw(e, h, i // 2),
+        w2_scale=draw(e, h, i // block), block=block, fc1_layout=layout,
+        w13_bias=torch.randn(e, 2 * i, generator=g).bfloat16().float() if bias else None,
+        w2_bias=torch.randn(e, h, generator=g).bfloat16().float() if bias else None,
+    )  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    ("placement", "experts", "want"),
+    [
+        ("linear", 4, ((0, 1), (2, 3))),
+        ("linear", 3, ((0, 1), (2,))),  # determine_expert_map: the remainder on the first ranks
+        ("round_robin", 4, ((0, 2), (1, 3))),
+        ("round_robin", 3, ((0, 2), (1,))),
+    ],
+)
+def test_ep_experts_read_back_from_vllms_expert_map(placement: str, experts: int, want: tuple) -> None:
+    """Under EP (TP 1, ``FusedMoEParallelConfig.make`` with ``enable_expert_parallel``) each rank's
+    ``RoutedExperts.weight_loader`` keeps the experts ``determine_expert_map`` assigns it, in local order; the
+    experts and whole channel range are read back from the coordinate checkpoint."""
+    ckpt = _sharding_weights(experts, 128, 16, Fc1Layout.GATE_UP, False)
+    shards = VllmMoeSharding(placement).shard_moe(ckpt, True, 1, ep=2, backend=Nvfp4MoeBackend.FLASHINFER_TRTLLM)
+    assert tuple(s.experts for s in shards) == want
+    for s in shards:
+        assert (s.offset, s.real, s.start) == (0, 128, 0)
+        assert torch.equal(s.weights.w13, ckpt.w13[list(s.experts)])
+        assert torch.equal(s.weights.w2_scale, ckpt.w2_scale[list(s.experts)])
+
+
+def test_ep_inside_tp_is_not_a_vllm_configuration() -> None:
+    """vLLM gives MoE layers TP 1 under EP (``FusedMoEParallelConfig.make``): a 2 x 2 grid is not served."""
+    ckpt = _sharding_weights(4, 128, 16, Fc1Layout.GATE_UP, False)
+    with pytest.raises(UnsupportedConfig, match="no MoE TP=2 inside EP=2"):
+        VllmMoeSharding().shard_moe(ckpt, True, 2, ep=2)
+
+
+def test_gpt_oss_ep_uneven_experts_broadcast_in_0_33_0() -> None:
+    """vLLM 0.33.0's ``GptOssModel.load_weights`` slices ``E // ep`` experts per EP rank while the layer holds
+    ``E // ep + 1`` on the first ``E % ep`` ranks: at E = 3, EP = 2 rank 0's two slots both hold expert 0 and
+    expert 1 lands on rank 1, where the map says expert 2; at E = 1 the empty slice fails to load (the ledger's
+    PR #51130 entry). Fails once vLLM slices the map's experts; then update both."""
+    ckpt = _sharding_weights(3, 256, 32, Fc1Layout.GATE_UP_INTERLEAVED, True)
+    shards = VllmMoeSharding().shard_moe(ckpt, True, 1, ep=2, backend=Mxfp4MoeBackend.FLASHINFER_TRTLLM)
+    assert [s.experts for s in shards] == [(0, 0), (1,)]
+    with pytest.raises(RuntimeError, match="doesn't match the broadcast shape"):
+        VllmMoeSharding().shard_moe(_sharding_weights(1, 256, 32, Fc1Layout.GATE_UP_INTERLEAVED, True), True, 1, ep=2)
+
+
+GPT_OSS_UNSELECTED = (Mxfp4MoeBackend.B12X, Mxfp4MoeBackend.FLASHINFER_MOE_EP)
+"""Backends vLLM 0.33.0 never selects for gpt-oss / Quark OCP-MX experts (``_get_priority_backends_for_gpt_oss``;
+b12x also refuses expert biases): their exact-size buffers (720 at TP 4) would not hold the whole-block share."""
+
+
+@pytest.mark.parametrize("backend", GPT_OSS_UNSELECTED)
+def test_backends_vllm_never_selects_for_gpt_oss_are_not_served(backend: Mxfp4MoeBackend) -> None:
+    ckpt = _sharding_weights(1, 2880, 32, Fc1Layout.GATE_UP_INTERLEAVED, True)
+    with pytest.raises(UnsupportedConfig, match="_get_priority_backends_for_gpt_oss"):
+        VllmMoeSharding().shard_moe(ckpt, True, 4, backend=backend)
+
+
+@pytest.mark.parametrize("backend", [b for b in sv.VLLM_MXFP4_BACKENDS if b not in GPT_OSS_UNSELECTED])
+def test_gpt_oss_buffer_is_the_backends(backend: Mxfp4MoeBackend) -> None:
+    """The runner axis: a gpt-oss rank's buffer is ``GptOssMxfp4MoEMethod.maybe_roundup_sizes`` for the drawn
+    backend (vLLM's ``mxfp4_round_up_hidden_size_and_intermediate_size``, as ``RoutedExperts.__init__`` calls it),
+    and ``_load_weights_mxfp4`` fills rank 0 with the first whole-block share (gpt-oss I = 2880 at TP 4: 736)."""
+    ckpt = _sharding_weights(1, 2880, 32, Fc1Layout.GATE_UP_INTERLEAVED, True)
+    shards = VllmMoeSharding().shard_moe(ckpt, True, 4, backend=backend)
+    want, _ = sv.VllmMxfp4MoeAlignment().oracle_sizes(backend, _sharding_weights(1, 720, 32, Fc1Layout.GATE_UP, False))
+    assert {s.weights.intermediate_size for s in shards} == {want}
+    assert [(s.offset, s.real) for s in shards] == [(0, 736), (736, 736), (1472, 736), (2208, 672)]
