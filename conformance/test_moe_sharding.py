@@ -10,9 +10,12 @@ bias lands on exactly one rank, in its place (at the rank's ``start`` buffer pos
 groups per rank (a split that would cut a group is refused with the policy's own error, never
 padded silently); ``w2_bias`` is held whole by one TP rank of its expert's EP rank; and the
 ranks' partial MoE outputs, biases included, sum to the unsharded layer's (a rank without channels
-contributes at most the ``w2_bias`` it holds, a rank without experts exactly zero). Pinned: Gemma-4-26B-A4B at TP=8 (704/8 = 88 channels straddle
-16-groups, ``docs/vllm-logic.md §15``), gpt-oss-120b at TP=8 (2880 = 90 MXFP4 blocks over 8 ranks:
-12 blocks each, the last rank 6) and Qwen3-30B-A3B at TP=16 (768/16 = 48: 3 NVFP4 groups per rank).
+contributes at most the ``w2_bias`` it holds, a rank without experts exactly zero).
+
+Pinned: Gemma-4-26B-A4B at TP=8 (704/8 = 88 channels straddle 16-groups, ``docs/vllm-logic.md §15``),
+gpt-oss-120b at TP=8 (2880 = 90 MXFP4 blocks over 8 ranks: 12 blocks each, the last rank 6),
+Qwen3-30B-A3B at TP=16 (768/16 = 48: 3 NVFP4 groups per rank) and gpt-oss-120b with biases at
+TP=2 x EP=4 over 6 experts (``E % ep = 2``: EP ranks of 2, 2, 1 and 1 experts).
 """
 
 from __future__ import annotations
@@ -42,6 +45,7 @@ REGRESSIONS = (
     pinned_sharding("gemma-4-26b-a4b", 8),
     pinned_sharding("gpt-oss-120b", 8, block=32),
     pinned_sharding("qwen3-30b-a3b", 16),
+    pinned_sharding("gpt-oss-120b", 2, 32, ep=4, experts=6, bias=True),
 )
 pinned = pinned_examples("config", REGRESSIONS)
 

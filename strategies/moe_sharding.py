@@ -8,7 +8,7 @@ is reduced as in :mod:`strategies.moe` (the split does not touch it). The scale 
 (NVFP4) or 32 (MXFP4); the checkpoint's FC1 rows are stacked ``[gate; up]`` or row-interleaved.
 
 Expert parallelism: ``ep_size`` ∈ {1, 2, 4, 8, 16} with ``tp·ep_size <=`` :data:`MAX_RANKS`; the expert
-count ``E`` is 1-2 without EP and ``1 … 2·ep_size`` with it, so ``E % ep != 0`` (uneven blocks) and
+count ``E`` is 1-2 without EP and ``1 … min(2·ep_size, 12)`` with it, so ``E % ep != 0`` (uneven blocks) and
 ``E < ep`` (EP ranks holding no expert) are both common. Biases (gpt-oss-style ``w13_bias`` /
 ``w2_bias``) are drawn on or off for MXFP4 (NVFP4 ModelOpt expert checkpoints carry none: vLLM 0.33.0's
 ``ModelOptNvFp4FusedMoE.create_weights`` allocates no bias), and the kernel backend whose layer loads the shard from the block's
@@ -42,6 +42,8 @@ EP_DEGREES = (1, 2, 4, 8, 16)
 MAX_RANKS = 16
 """Largest ``tp·ep`` drawn (two 8-GPU nodes): every rank's shard is built and its partial output computed."""
 MAX_TOP_K = 4
+MAX_EXPERTS = 12
+"""Largest expert count drawn: the checkpoint's bytes are generated for every expert (``E·3·I·H/2``)."""
 
 
 def format_backends(block: int) -> tuple[Nvfp4MoeBackend, ...] | tuple[Mxfp4MoeBackend, ...]:
@@ -119,7 +121,7 @@ def sharding_configs(draw: st.DrawFn) -> ShardingConfig:
         if intermediate % block:
             block = NVFP4_BLOCK
     layout = draw(st.sampled_from(CHECKPOINT_LAYOUTS)) if activation.gated else Fc1Layout.GATE_UP
-    experts = draw(st.integers(1, 2 * ep))
+    experts = draw(st.integers(1, min(2 * ep, MAX_EXPERTS)))
     bias = block == MXFP4_BLOCK and draw(st.booleans())
     backend = draw(st.sampled_from(format_backends(block))).value
     return ShardingConfig(
@@ -140,10 +142,13 @@ def sharding_configs(draw: st.DrawFn) -> ShardingConfig:
     )
 
 
-def pinned_sharding(model: str, tp: int, block: int = NVFP4_BLOCK, *, ep: int = 1, experts: int = 2) -> ShardingConfig:
-    """A catalogued model's layer at one TP x EP degree (for ``@example`` pins), without biases."""
+def pinned_sharding(
+    model: str, tp: int, block: int = NVFP4_BLOCK, *, ep: int = 1, experts: int = 2, bias: bool = False
+) -> ShardingConfig:
+    """A catalogued model's layer at one TP x EP degree (for ``@example`` pins): stacked FC1 rows, top-2 of
+    ``experts``, 3 tokens, seed 0, the format's first backend."""
     m = MODELS[model]
     return ShardingConfig(
         m.name, tp, m.moe_intermediate, reduce_size(m.hidden), block, Fc1Layout.GATE_UP, m.activation, experts,
-        2, 3, 0, ep_size=ep,
+        2, 3, 0, ep_size=ep, backend=format_backends(block)[0].value, bias=bias,
     )  # fmt: skip

@@ -5,8 +5,9 @@ The built-in policy places experts in contiguous blocks over the EP ranks (``ref
 vLLM's linear placement) and splits each EP rank's experts over its TP ranks evenly where that keeps whole
 groups, else in whole blocks per rank with short or empty last ranks (as the gpt-oss loader does).
 Known-bad ones cut groups (each tensor narrowed by its own stride, scale offsets rounded up), refuse
-whole-group shares narrower than a 128-wide block, split the fused FC1 tensor as one block, or pad a
-short rank's fused FC1 block at its end.
+whole-group shares narrower than a 128-wide block, split the fused FC1 tensor as one block, pad a
+short rank's fused FC1 block at its end, load other experts than the expert map names (world rank for
+EP rank, floor-divided slices, global ids as slots) or keep ``w2_bias`` on every TP rank.
 """
 
 from __future__ import annotations
@@ -262,6 +263,96 @@ class EndPaddedShortRank(BuiltinMoeSharding):
         return tuple(out)
 
 
+def slot_weights(weights: MoeWeights, slots: Sequence[int | None]) -> MoeWeights:
+    """Expert slots holding the global experts ``slots`` (None: a slot the loader never wrote, zeros)."""
+    e = weights.w13.shape[0]
+    zero = {n: getattr(weights, n) for n in FIELDS if getattr(weights, n) is not None}
+    padded = replace(weights, **{n: torch.cat((t, torch.zeros_like(t[:1]))) for n, t in zero.items()})
+    return select_experts(padded, [e if x is None else x for x in slots])
+
+
+class MisloadedExperts(BuiltinMoeSharding):
+    """The built-in expert map (:meth:`place_experts`, what the router is told) with a loader that writes
+    other experts into a rank's slots: :meth:`loaded` names, per slot, the global expert the loader wrote
+    there (None: none, the slot stays zero)."""
+
+    def loaded(
+        self, claimed: tuple[int, ...], experts: int, ep: int, tp: int, ep_rank: int, tp_rank: int
+    ) -> tuple[int | None, ...]:
+        raise NotImplementedError
+
+    def shard_moe(
+        self, weights: MoeWeights, gated: bool, tp: int, *, ep: int = 1, backend=None
+    ) -> tuple[RankShard, ...]:
+        e, shards = weights.w13.shape[0], []
+        for ep_rank, ids in enumerate(self.place_experts(e, ep)):
+            for tp_rank in range(tp):
+                slots = self.loaded(ids, e, ep, tp, ep_rank, tp_rank)
+                shards.append(self.split_channels(slot_weights(weights, slots), gated, tp, ids)[tp_rank])
+        return tuple(shards)
+
+
+def first_slots(ids: Sequence[int], n: int) -> tuple[int | None, ...]:
+    """``n`` slots filled with ``ids`` in order, the rest unwritten (None)."""
+    return tuple(ids[j] if j < len(ids) else None for j in range(n))
+
+
+class EpWorldRankSlice(MisloadedExperts):
+    """The loader slices the experts of the EP rank numbered by the rank's world rank ``ep_rank·tp + tp_rank``
+    instead of its rank in the EP group (vLLM #46441: ``get_ep_group().rank`` where ``rank_in_group`` is meant;
+    there the pipeline stage offsets it, here the TP ranks of a TP x EP layer do): a rank whose world rank is
+    ``>= ep`` slices past the last expert and silently loads none; the others load another EP rank's experts."""
+
+    def loaded(
+        self, claimed: tuple[int, ...], experts: int, ep: int, tp: int, ep_rank: int, tp_rank: int
+    ) -> tuple[int | None, ...]:
+        if ep == 1:  # no EP group: the loader takes every expert
+            return claimed
+        world = ep_rank * tp + tp_rank
+        return first_slots(expert_blocks(experts, ep)[world] if world < ep else (), len(claimed))
+
+
+class EpFloorSlice(MisloadedExperts):
+    """The loader slices ``[r·⌊E/ep⌋, (r+1)·⌊E/ep⌋)`` for EP rank ``r`` while the expert map gives the first
+    ``E % ep`` ranks one expert more (vLLM 0.33.0 ``GptOssModel.load_weights``: ``experts_per_rank = num_experts
+    // ep_size`` against ``determine_expert_map``'s balanced linear placement; open fix vLLM PR #51130,
+    "uneven expert counts"): with ``E % ep != 0`` ranks load their neighbours' experts and the last
+    ``E % ep`` experts are loaded nowhere."""
+
+    def loaded(
+        self, claimed: tuple[int, ...], experts: int, ep: int, tp: int, ep_rank: int, tp_rank: int
+    ) -> tuple[int | None, ...]:
+        per = experts // ep
+        return first_slots(range(ep_rank * per, (ep_rank + 1) * per), len(claimed))
+
+
+class EpGlobalSlot(MisloadedExperts):
+    """The loader indexes a rank's expert slots by the global expert id, without the global-to-local map: slot
+    ``j`` of every EP rank holds expert ``j``, so every EP rank holds the first experts and only EP rank 0 is
+    right (DeepSpeed #6589: "both GPUs are loading the parameters of the first 30 experts"; vllm-gaudi PR #1796,
+    global ids in a local table, "for ep_rank == 0 the two conventions coincide")."""
+
+    def loaded(
+        self, claimed: tuple[int, ...], experts: int, ep: int, tp: int, ep_rank: int, tp_rank: int
+    ) -> tuple[int | None, ...]:
+        return first_slots(range(experts), len(claimed))
+
+
+class W2BiasEveryRank(BuiltinMoeSharding):
+    """Every TP rank holds each expert's whole ``w2_bias``, so each adds it before the all-reduce sums the
+    ranks: the output bias counts ``tp`` times (torchtitan PR #4245, gpt-oss grouped experts: "Every TP rank
+    therefore added the full bias before the Partial output was reduced, multiplying the final bias by the
+    TP degree"; the same bug in row-parallel linears: text-generation-inference #1036)."""
+
+    def split_channels(
+        self, weights: MoeWeights, gated: bool, tp: int, experts: tuple[int, ...]
+    ) -> tuple[RankShard, ...]:
+        shards = super().split_channels(weights, gated, tp, experts)
+        if weights.w2_bias is None:
+            return shards
+        return tuple(replace(s, weights=replace(s.weights, w2_bias=weights.w2_bias)) for s in shards)
+
+
 NAN_BYTE = 0xFF
 """A byte that is never a coordinate (:func:`coordinate_checkpoint`): engine adapters fill memory an engine
 allocates uninitialised (``torch.empty``) with it, E4M3 / UE8M0 NaN and a non-zero E2M1 pair."""
@@ -401,5 +492,42 @@ register_subject(
         "MoE TP sharding: a short rank's fused [gate; up] FC1 block padded at its end, not per half",
         {CONTRACT: EndPaddedShortRank()},
         reproduces="vLLM #55649's end-padded fused block, on the short last rank of a whole-block split",
+    )
+)
+register_subject(
+    Subject(
+        "bad-shard-ep-world-rank",
+        "MoE TP x EP sharding: experts sliced by the world rank (ep_rank·tp + tp_rank) instead of the rank in the "
+        "EP group",
+        {CONTRACT: EpWorldRankSlice()},
+        reproduces="vLLM #46441 (gpt-oss with EP: get_ep_group().rank instead of rank_in_group, an out-of-range "
+        "expert slice silently loads nothing)",
+    )
+)
+register_subject(
+    Subject(
+        "bad-shard-ep-floor-slice",
+        "MoE EP sharding: experts sliced floor(E/ep) per rank while the expert map gives the first E % ep ranks "
+        "one more",
+        {CONTRACT: EpFloorSlice()},
+        reproduces="vLLM 0.33.0 GptOssModel.load_weights (experts_per_rank = num_experts // ep_size) vs "
+        "determine_expert_map; vLLM PR #51130",
+    )
+)
+register_subject(
+    Subject(
+        "bad-shard-ep-global-slot",
+        "MoE EP sharding: expert slots indexed by the global expert id (no global-to-local map)",
+        {CONTRACT: EpGlobalSlot()},
+        reproduces="DeepSpeed #6589 (every EP rank loads the first experts); vllm-gaudi PR #1796 (global ids in a "
+        "local expert table)",
+    )
+)
+register_subject(
+    Subject(
+        "bad-shard-w2-bias-every-rank",
+        "MoE TP sharding: every TP rank holds the whole w2_bias (added tp times after the all-reduce)",
+        {CONTRACT: W2BiasEveryRank()},
+        reproduces="torchtitan PR #4245 (gpt-oss grouped-expert output bias multiplied by the TP degree); TGI #1036",
     )
 )

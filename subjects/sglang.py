@@ -9,13 +9,15 @@ so its constructor picks the quant method, which allocates and rounds; the linea
 adapter's docstring:
 
 * ``nvfp4_moe``: :class:`SglangNvfp4MoeAlignment` (``ModelOptNvFp4FusedMoEMethod.create_weights``,
-  ``FusedMoE.weight_loader``, ``process_weights_after_loading``: the TRT-LLM and the CUTLASS branch);
+  ``FusedMoE.weight_loader``, ``process_weights_after_loading``: the TRT-LLM, CUTLASS and CuteDSL branches;
+  :data:`NVFP4_NOT_MAPPED`: the backends SGLang has no path to);
 * ``mxfp4_linear``: :class:`SglangQuarkMxfp4Linear` (``QuarkW4A4MXFP4.process_weights_after_loading``:
   the AITER ASM guard and each path's weight preparation; the activation quantizer of each path read
   from ``apply_weights``' source);
 * ``mxfp4_moe``: :class:`SglangMxfp4MoeAlignment` (``Mxfp4MoEMethod`` per backend: ``create_weights``'
   rounding, the gpt-oss and the stacked per-expert loaders' placement, ``process_weights_after_loading``
-  with its GPU-only layout calls passed through);
+  with its GPU-only layout calls passed through, triton_kernels' and DeepGEMM's modules stood in;
+  :data:`MXFP4_NOT_MAPPED`: the backends not served by ``Mxfp4MoEMethod``);
 * ``moe_sharding``: :class:`subjects.sglang_sharding.SglangMoeSharding` (``FusedMoE.weight_loader`` of a
   real ``FusedMoE`` per rank, :func:`load_nvfp4_rank` and :func:`load_mxfp4_rank`).
 
@@ -472,7 +474,7 @@ def load_nvfp4_rank(
 
 
 class SglangNvfp4MoeAlignment:
-    """SGLang's ModelOpt NVFP4 MoE path (``ModelOptNvFp4FusedMoEMethod``) for FlashInfer TRT-LLM and CUTLASS.
+    """SGLang's ModelOpt NVFP4 MoE path (``ModelOptNvFp4FusedMoEMethod``) for FlashInfer TRT-LLM, CUTLASS and CuteDSL.
 
     A real ``FusedMoE`` at TP 1 holding the rank's experts (:func:`nvfp4_fused_moe`: ``create_weights``'
     intermediate rounding), ``FusedMoE.weight_loader`` for every expert tensor
@@ -485,7 +487,9 @@ class SglangNvfp4MoeAlignment:
       them; the properties run FlashInfer's shuffle helpers themselves.
     * a branch without one runs whole (CUTLASS: ``swizzle_blockscale`` is pure torch); the swizzled scales are read
       back with the reference inverse of the 128x4 swizzle, and the intermediate size the kernel sees
-      is read off ``w2`` (the CUTLASS runner takes it from the weight shapes).
+      is read off ``w2`` (the CUTLASS runner takes it from the weight shapes). CuteDSL runs the same branch
+      after regrouping gated FC1 rows into 64-row ``[up; gate]`` groups (read back through the inverse), with
+      FlashInfer's ``convert_sf_to_mma_layout`` (nvidia-cutlass-dsl) stood in (:func:`stand_in_function`).
 
     How SGLang splits a checkpoint over TP ranks (whole padded blocks under TRT-LLM,
     ``reference.sizes.padded_split``) is :func:`load_nvfp4_rank`'s, checked by ``tests/test_sglang_subject.py``.
@@ -1155,6 +1159,10 @@ class SglangMxfp4MoeAlignment:
     (:func:`process_mxfp4_layer`): sizes, placement, pad values and FC1 row order are SGLang's. How SGLang
     splits a checkpoint over TP ranks is :func:`load_mxfp4_rank`'s and :func:`load_quark_mxfp4_rank`'s,
     checked against ``reference.sizes`` by ``tests/test_sglang_subject.py``.
+
+    Under ``triton_kernel`` the post-load branch hands the layer to triton_kernels, read back from what it hands
+    ``convert_layout`` (:func:`process_triton_kernels_layer`); under ``deep_gemm`` DeepGEMM's scale transform is
+    stood in (:data:`DEVICE_STAND_INS`).
 
     Not adapted: DeepSeek-V4's FP4 experts under ``Fp8Config`` (``Mxfp4FlashinferTrtllmMoEMethod``,
     ``Mxfp4FlashinferCutlassMoEMethod``, ``Mxfp4MarlinMoEMethod``: unpadded buffers, padded after loading).
