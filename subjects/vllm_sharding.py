@@ -332,12 +332,15 @@ def gpt_oss_form(gated: bool, block: int, layout: Fc1Layout) -> bool:
 
 
 def cuts_groups_per_projection(config) -> bool:
-    """A ``ShardingConfig`` the per-projection path loads (no expert biases, no EP: vLLM's MoE TP is 1 under
-    EP) whose even split ``I / tp`` (which vLLM's ``FusedMoEConfig`` accepts: ``I % tp == 0``) is not a
-    whole number of groups."""
+    """A ``ShardingConfig`` the per-projection path loads (no expert biases; no EP, under which vLLM's MoE TP
+    is 1; an MXFP4 backend vLLM selects for such experts) whose even split ``I / tp`` (which vLLM's
+    ``FusedMoEConfig`` accepts: ``I % tp == 0``) is not a whole number of groups."""
     part, rem = divmod(config.intermediate, config.tp)
     per_projection = not gpt_oss_form(config.gated, config.block, config.layout) and not config.bias
-    return per_projection and config.ep_size == 1 and rem == 0 and part % config.block != 0
+    if not (per_projection and config.ep_size == 1 and rem == 0 and part % config.block != 0):
+        return False
+    backend = config.kernel_backend
+    return config.block == NVFP4_BLOCK or backend is None or selected_for_mxfp4_experts(backend)
 
 
 def selected_for_mxfp4_experts(backend: Mxfp4MoeBackend) -> bool:
