@@ -35,7 +35,7 @@ import functools
 import importlib
 import types
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from typing import Any
 from unittest import mock
 
@@ -45,7 +45,7 @@ from adapters import flashinfer as fi
 from backends.mxfp4_moe import CONTRACT as MXFP4_MOE
 from backends.mxfp4_moe import Mxfp4MoeBackend
 from contracts.errors import CheckpointNotServed, LibraryUnavailable, UnsupportedConfig
-from contracts.moe import AlignedMoe, MoeWeights, relayout_moe
+from contracts.moe import AlignedMoe, MoeWeights, cut_hidden, relayout_moe
 from contracts.moe_sharding import CONTRACT as MOE_SHARDING
 from contracts.moe_sharding import ShardRefused
 from reference.formats import MXFP4_BLOCK
@@ -405,12 +405,7 @@ def load_dsv4_rank(backend: Mxfp4MoeBackend, checkpoint: MoeWeights, tp: int, ra
     with dsv4_layer(backend, relayout_moe(checkpoint, Fc1Layout.GATE_UP), tp, rank, ep) as (_, layer):
         up_first = getattr(layer.quant_method, "load_up_proj_weight_first", False)
         loaded = layer_experts(layer, Fc1Layout.UP_GATE if up_first else Fc1Layout.GATE_UP)
-    loaded = relayout_moe(loaded, Fc1Layout.GATE_UP)
-    h, g = checkpoint.hidden_size, MXFP4_BLOCK
-    return replace(
-        loaded, w13=loaded.w13[..., : h // 2], w13_scale=loaded.w13_scale[..., : h // g], w2=loaded.w2[:, :h],
-        w2_scale=loaded.w2_scale[:, :h],
-    )  # fmt: skip
+    return cut_hidden(relayout_moe(loaded, Fc1Layout.GATE_UP), checkpoint.hidden_size)
 
 
 DSV4_SHARDING_BACKEND = Mxfp4MoeBackend.FLASHINFER_TRTLLM
