@@ -35,7 +35,7 @@ import functools
 import importlib
 import types
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from typing import Any
 from unittest import mock
 
@@ -45,7 +45,7 @@ from adapters import flashinfer as fi
 from backends.mxfp4_moe import CONTRACT as MXFP4_MOE
 from backends.mxfp4_moe import Mxfp4MoeBackend
 from contracts.errors import CheckpointNotServed, LibraryUnavailable, UnsupportedConfig
-from contracts.moe import AlignedMoe, MoeWeights, relayout_moe
+from contracts.moe import AlignedMoe, MoeWeights, cut_hidden, relayout_moe
 from contracts.moe_sharding import CONTRACT as MOE_SHARDING
 from contracts.moe_sharding import ShardRefused
 from reference.formats import MXFP4_BLOCK
@@ -198,7 +198,8 @@ DSV4_BACKENDS: dict[Mxfp4MoeBackend, SglangDsv4Backend] = {
     ),
     # Mxfp4FlashinferCutlassMoEMethod on SM90, W4A16 (the default --flashinfer-mxfp4-moe-precision): loads w13
     # as [up; gate] (load_up_proj_weight_first), no padding, then FlashInfer's SM90 mixed-GEMM weight and scale
-    # interleaves (the weight one a CUDA op).
+    # interleaves (the weight one a CUDA op); its runner calls cutlass_fused_moe(use_w4_group_scaling=True)
+    # (moe_runner/flashinfer_cutlass.py), the record's kernel.
     Mxfp4MoeBackend.FLASHINFER_CUTLASS_SM90: SglangDsv4Backend(
         "flashinfer_mxfp4",
         {"is_sm90": True, "is_sm100": False, "is_blackwell": False, "is_sm120": False},
@@ -298,9 +299,10 @@ def load_dsv4_experts(m: types.SimpleNamespace, layer: torch.nn.Module, weights:
 
 @contextlib.contextmanager
 def dsv4_layer(
-    backend: Mxfp4MoeBackend, checkpoint: MoeWeights, tp: int = 1, rank: int = 0
+    backend: Mxfp4MoeBackend, checkpoint: MoeWeights, tp: int = 1, rank: int = 0, ep: int = 1
 ) -> Iterator[tuple[types.SimpleNamespace, torch.nn.Module]]:
-    """Rank ``rank`` of ``tp`` of a DeepSeek-V4 MXFP4 MoE layer after SGLang's loader has read the whole
+    """Rank ``rank`` of a ``tp`` x ``ep`` grid (:func:`subjects.sglang.parallel_layout`) of a DeepSeek-V4 MXFP4 MoE
+    layer after SGLang's loader has read the whole
     ``checkpoint`` (:func:`load_dsv4_experts`), before post-load processing, under ``backend``'s selection
     (:data:`DSV4_BACKENDS`): a real ``FusedMoE`` whose ``Fp8Config`` (:data:`DSV4_QUANT_CONFIG`, with
     ``is_fp4_experts`` and ``is_dsv4_fp4_experts`` set as ``model_loader/loader.py`` sets them) picks the method.
@@ -313,7 +315,10 @@ def dsv4_layer(
         raise CheckpointNotServed("SGLang's DeepSeek-V4 FP4 expert methods allocate no expert biases")
     selection = DSV4_BACKENDS[backend]
     e, h, i = checkpoint.w13.shape[0], checkpoint.hidden_size, checkpoint.intermediate_size
-    with sglang_layer_context(selection.runner, selection.platform, tp, rank) as base, contextlib.ExitStack() as stack:
+    with (
+        sglang_layer_context(selection.runner, selection.platform, tp, rank, ep) as base,
+        contextlib.ExitStack() as stack,
+    ):
         m = dsv4_modules()
         for module, name, value in selection.switches:
             stack.enter_context(mock.patch.object(getattr(m, module), name, value))
@@ -392,20 +397,15 @@ class SglangDsv4MoeAlignment:
             return process_dsv4_layer(m, layer, DSV4_BACKENDS[backend])
 
 
-def load_dsv4_rank(backend: Mxfp4MoeBackend, checkpoint: MoeWeights, tp: int, rank: int) -> MoeWeights:
-    """Rank ``rank`` of ``tp``'s expert buffers after SGLang's loader has read the whole (unsharded) ``checkpoint``
-    (:func:`dsv4_layer`), before post-load processing: FC1 rows ``[gate; up]`` (a method whose
+def load_dsv4_rank(backend: Mxfp4MoeBackend, checkpoint: MoeWeights, tp: int, rank: int, ep: int = 1) -> MoeWeights:
+    """Rank ``rank`` of a ``tp`` x ``ep`` grid's expert buffers (its ``E/ep`` local experts) after SGLang's loader
+    has read the whole (unsharded) ``checkpoint`` (:func:`dsv4_layer`), before post-load processing: FC1 rows ``[gate; up]`` (a method whose
     ``load_up_proj_weight_first`` is set, CUTLASS's, loads ``[up; gate]``: read as such and converted) and the
     hidden size cut back to the checkpoint's (Marlin's buffer rounds it to 256)."""
-    with dsv4_layer(backend, relayout_moe(checkpoint, Fc1Layout.GATE_UP), tp, rank) as (_, layer):
+    with dsv4_layer(backend, relayout_moe(checkpoint, Fc1Layout.GATE_UP), tp, rank, ep) as (_, layer):
         up_first = getattr(layer.quant_method, "load_up_proj_weight_first", False)
         loaded = layer_experts(layer, Fc1Layout.UP_GATE if up_first else Fc1Layout.GATE_UP)
-    loaded = relayout_moe(loaded, Fc1Layout.GATE_UP)
-    h, g = checkpoint.hidden_size, MXFP4_BLOCK
-    return replace(
-        loaded, w13=loaded.w13[..., : h // 2], w13_scale=loaded.w13_scale[..., : h // g], w2=loaded.w2[:, :h],
-        w2_scale=loaded.w2_scale[:, :h],
-    )  # fmt: skip
+    return cut_hidden(relayout_moe(loaded, Fc1Layout.GATE_UP), checkpoint.hidden_size)
 
 
 DSV4_SHARDING_BACKEND = Mxfp4MoeBackend.FLASHINFER_TRTLLM
@@ -416,24 +416,23 @@ channels per tensor through the same ``FusedMoE._load_w13`` / ``_load_w2``)."""
 class SglangDsv4MoeSharding(LoaderSharding):
     """SGLang 0.5.23's ``FusedMoE.weight_loader`` for every rank of a DeepSeek-V4 FP4 expert layer
     (:func:`load_dsv4_rank`) under the kernel backend asked for (``None``: :data:`DSV4_SHARDING_BACKEND`).
-    ``FusedMoE.__init__``'s ``I % tp == 0`` assertion and ``Mxfp4FlashinferCutlassMoEMethod.create_weights``'
+    Rank ``(ep_rank, tp_rank)`` is SGLang's rank ``ep_rank·tp + tp_rank`` of ``tp·ep``. ``FusedMoE.__init__``'s
+    ``I % tp == 0`` and ``E % ep == 0`` assertions and ``Mxfp4FlashinferCutlassMoEMethod.create_weights``'
     128-alignment ``ValueError`` are reported as :class:`~contracts.moe_sharding.ShardRefused`. Not served
     (:class:`~contracts.errors.CheckpointNotServed`): what no DeepSeek-V4 checkpoint or method has (non-gated or
-    NVFP4 experts, expert biases, a backend outside :data:`DSV4_BACKENDS`) and expert parallelism, which this
-    adapter does not drive (plain TP groups, as :func:`subjects.sglang.sglang_layer_context` builds them)."""
+    NVFP4 experts, expert biases, a backend outside :data:`DSV4_BACKENDS`)."""
 
     def load_rank(
-        self, ckpt: MoeWeights, gated: bool, tp: int, rank: int, *, ep: int, ep_rank: int, backend
+        self, ckpt: MoeWeights, gated: bool, tp: int, tp_rank: int, *, ep: int, ep_rank: int, backend
     ) -> MoeWeights:
         if not gated or ckpt.block != MXFP4_BLOCK:
             raise CheckpointNotServed("DeepSeek-V4's FP4 experts are gated MXFP4 (32-element groups)")
-        if ep != 1:
-            raise CheckpointNotServed(f"the DeepSeek-V4 sharding adapter drives plain TP groups only, not EP={ep}")
         backend = DSV4_SHARDING_BACKEND if backend is None else backend
         if backend not in DSV4_BACKENDS:
             raise CheckpointNotServed(f"SGLang has no DeepSeek-V4 FP4 expert method for {backend.value}")
-        with uneven_split_refused(ckpt.intermediate_size, tp), cutlass_refusal():
-            loaded = load_dsv4_rank(backend, ckpt, tp, rank)
+        experts = ckpt.w13.shape[0]
+        with uneven_split_refused(ckpt.intermediate_size, tp, experts, ep), cutlass_refusal():
+            loaded = load_dsv4_rank(backend, ckpt, tp, ep_rank * tp + tp_rank, ep)
         return relayout_moe(loaded, ckpt.fc1_layout)
 
 
@@ -533,14 +532,14 @@ DSV4_KNOWN_FAILURES: tuple[KnownFailure, ...] = (
 
 
 def _served_shard(config: Any) -> bool:
-    """A ``moe_sharding`` configuration :class:`SglangDsv4MoeSharding` loads (gated MXFP4, no biases, plain TP, a
-    backend of :data:`DSV4_BACKENDS` or the default)."""
+    """A ``moe_sharding`` configuration :class:`SglangDsv4MoeSharding` loads (gated MXFP4, no biases, a backend of
+    :data:`DSV4_BACKENDS` or the default, ``E % ep == 0``)."""
     backend = config.kernel_backend
     return (
         config.gated
         and config.block == MXFP4_BLOCK
         and not config.bias
-        and config.ep_size == 1
+        and config.experts % config.ep_size == 0
         and (backend is None or backend in DSV4_BACKENDS)
     )
 
