@@ -23,9 +23,12 @@ both import Triton) for the layout property; the rule itself is plain arithmetic
 
 from __future__ import annotations
 
+import contextlib
 import importlib
-from collections.abc import Sequence
+import sys
+from collections.abc import Iterator, Sequence
 from types import ModuleType
+from unittest import mock
 
 import torch
 
@@ -109,6 +112,57 @@ def hopper_scale_round_trip(scale: torch.Tensor) -> tuple[int, torch.Tensor]:
     swizzled = layout.swizzle_data(kn)
     back = layout.unswizzle_data(swizzled)[..., : kn.shape[-2], : kn.shape[-1]]
     return swizzled.shape[-2] // MXFP4_BLOCK, back.transpose(-2, -1)
+
+
+STAND_IN_MODULES = (
+    "triton_kernels",
+    "triton_kernels.matmul",
+    "triton_kernels.matmul_details",
+    "triton_kernels.matmul_details.opt_flags",
+    "triton_kernels.matmul_ogs_details",
+    "triton_kernels.matmul_ogs_details.opt_flags",
+    "triton_kernels.numerics",
+    "triton_kernels.tensor",
+    "triton_kernels.tensor_details",
+    "triton_kernels.tensor_details.layout",
+)
+"""The triton_kernels modules the engines' MXFP4 preparation imports: vLLM 0.33.0's ``_swizzle_mxfp4``
+(``matmul_ogs_details`` for triton_kernels 3.5.1) and SGLang 0.5.23's ``Mxfp4MoEMethod`` (``matmul``,
+``matmul_details``)."""
+
+
+@contextlib.contextmanager
+def recorded_hand_over() -> Iterator[list[torch.Tensor]]:
+    """Stand-ins for :data:`STAND_IN_MODULES` on ``sys.modules`` (triton_kernels is no PyPI package and its
+    layouts need a GPU), yielding the list of tensors an engine hands ``convert_layout`` (weights
+    ``[E, K/2, N]``, scales ``[E, K/32, N]``, in the engine's order; :func:`handed_weights` reads them).
+
+    ``convert_layout`` appends its tensor and returns it; ``wrap_torch_tensor`` returns its tensor; the layout
+    factories return a ``(layout, options)`` pair, ``StridedLayout`` a name; ``update_opt_flags_constraints``,
+    ``InFlexData``, ``PrecisionConfig`` and ``FlexCtx`` are inert. So every transpose and padding is the
+    engine's.
+    """
+    handed: list[torch.Tensor] = []
+    stubs = {name: ModuleType(name) for name in STAND_IN_MODULES}
+    for name in ("triton_kernels.matmul_details.opt_flags", "triton_kernels.matmul_ogs_details.opt_flags"):
+        stubs[name].update_opt_flags_constraints = lambda constraints: None
+    stubs["triton_kernels.matmul"].FlexCtx = lambda **kwargs: None
+    stubs["triton_kernels.matmul"].PrecisionConfig = lambda **kwargs: None
+    stubs["triton_kernels.numerics"].InFlexData = lambda *args, **kwargs: None
+    tensor = stubs["triton_kernels.tensor"]
+    tensor.FP4 = "fp4"
+    tensor.wrap_torch_tensor = lambda t, dtype=None: t
+    tensor.convert_layout = lambda t, layout, **opts: handed.append(t) or t
+    layout = stubs["triton_kernels.tensor_details.layout"]
+    layout.StridedLayout = "strided"
+    layout.make_default_matmul_mxfp4_w_layout = lambda mx_axis: ("value", {})
+    layout.make_default_matmul_mxfp4_w_scale_layout = lambda mx_axis, num_warps: ("scale", {})
+    for name in STAND_IN_MODULES:
+        parent, _, child = name.rpartition(".")
+        if parent:
+            setattr(stubs[parent], child, stubs[name])
+    with mock.patch.dict(sys.modules, stubs):
+        yield handed
 
 
 def handed_weights(

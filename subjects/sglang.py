@@ -1075,49 +1075,16 @@ def process_mxfp4_layer(
     return AlignedMoe(weights, weights.intermediate_size, weights.hidden_size)
 
 
-TRITON_KERNELS_STUBS = (
-    "triton_kernels",
-    "triton_kernels.matmul",
-    "triton_kernels.matmul_details",
-    "triton_kernels.matmul_details.opt_flags",
-    "triton_kernels.numerics",
-    "triton_kernels.tensor",
-    "triton_kernels.tensor_details",
-    "triton_kernels.tensor_details.layout",
-)
-"""The triton_kernels modules ``Mxfp4MoEMethod``'s triton_kernels branch imports (``_swizzle_mxfp4``,
-``process_weights_after_loading``)."""
-
-
 @contextlib.contextmanager
 def handed_to_triton_kernels(m: types.SimpleNamespace) -> Iterator[list[torch.Tensor]]:
     """Run SGLang's triton_kernels preparation on the CPU, recording what it hands ``convert_layout``.
 
-    The modules of :data:`TRITON_KERNELS_STUBS` are stand-ins (triton_kernels is no PyPI package and its
-    layouts need a GPU): ``convert_layout`` appends the tensor it is given (weights ``[E, K/2, N]``, scales
-    ``[E, K/32, N]``, in ``_swizzle_mxfp4``'s order) to the yielded list and returns it; ``wrap_torch_tensor``,
-    the layout factories, ``update_opt_flags_constraints``, ``InFlexData``, ``PrecisionConfig`` and ``FlexCtx``
-    are inert; ``_mx_block_kwargs`` (the ``PrecisionConfig`` field probe) returns no keywords. So the scale
-    padding (``_pad_hopper_mxfp4_scale`` on SM90) and every transpose are SGLang's.
+    The triton_kernels modules are ``adapters.triton_kernels.recorded_hand_over``'s stand-ins, which record
+    what ``convert_layout`` is handed (the yielded list: weights ``[E, K/2, N]``, scales ``[E, K/32, N]``, in
+    ``_swizzle_mxfp4``'s order); ``_mx_block_kwargs`` (the ``PrecisionConfig`` field probe) returns no
+    keywords. So the scale padding (``_pad_hopper_mxfp4_scale`` on SM90) and every transpose are SGLang's.
     """
-    handed: list[torch.Tensor] = []
-    stubs = {name: types.ModuleType(name) for name in TRITON_KERNELS_STUBS}
-    stubs["triton_kernels.matmul"].FlexCtx = lambda **kwargs: None
-    stubs["triton_kernels.matmul"].PrecisionConfig = lambda **kwargs: None
-    stubs["triton_kernels.matmul_details.opt_flags"].update_opt_flags_constraints = lambda constraints: None
-    stubs["triton_kernels.numerics"].InFlexData = lambda *args, **kwargs: None
-    tensor = stubs["triton_kernels.tensor"]
-    tensor.FP4 = "fp4"
-    tensor.wrap_torch_tensor = lambda t, dtype=None: t
-    tensor.convert_layout = lambda t, layout, **opts: handed.append(t) or t
-    layout = stubs["triton_kernels.tensor_details.layout"]
-    layout.make_default_matmul_mxfp4_w_layout = lambda mx_axis: ("value", mx_axis)
-    layout.make_default_matmul_mxfp4_w_scale_layout = lambda mx_axis, num_warps: ("scale", mx_axis, num_warps)
-    for name in TRITON_KERNELS_STUBS:
-        parent, _, child = name.rpartition(".")
-        if parent:
-            setattr(stubs[parent], child, stubs[name])
-    with mock.patch.dict(sys.modules, stubs), mock.patch.object(m.mxfp4, "_mx_block_kwargs", dict):
+    with tk.recorded_hand_over() as handed, mock.patch.object(m.mxfp4, "_mx_block_kwargs", dict):
         yield handed
 
 

@@ -611,43 +611,15 @@ def _rocm_platform(v: types.SimpleNamespace) -> Iterator[None]:
         yield
 
 
-_TRITON_KERNELS_STUBS = (
-    "triton_kernels",
-    "triton_kernels.matmul_ogs_details",
-    "triton_kernels.matmul_ogs_details.opt_flags",
-    "triton_kernels.numerics",
-    "triton_kernels.tensor",
-    "triton_kernels.tensor_details",
-    "triton_kernels.tensor_details.layout",
-)
-
-
 @contextlib.contextmanager
 def _hopper_triton_kernels(v: types.SimpleNamespace) -> Iterator[list[torch.Tensor]]:
     """Run vLLM's triton_kernels preparation as on an SM90 GPU, recording what it hands ``convert_layout``.
 
     ``current_platform`` (in ``mxfp4_utils``) is CUDA capability 9.0 with torch >= 2.8.1 (its swizzled
-    branch), triton_kernels 3.5.1 is present; the triton_kernels modules vLLM imports are stubs whose
-    ``convert_layout`` appends the tensor it is given (weights as ``[E, K/2, N]``, scales as
-    ``[E, K/32, N]``) to the yielded list, and ``opt_flags``, ``InFlexData``, the layout factories and the
-    oracle's ``PrecisionConfig`` / ``FlexCtx`` are inert.
+    branch), triton_kernels 3.5.1 is present; the triton_kernels modules vLLM imports are
+    ``adapters.triton_kernels.recorded_hand_over``'s stand-ins, which record what ``convert_layout`` is handed
+    (the yielded list), and the oracle's ``PrecisionConfig`` / ``FlexCtx`` are inert.
     """
-    handed: list[torch.Tensor] = []
-    stubs = {name: types.ModuleType(name) for name in _TRITON_KERNELS_STUBS}
-    stubs["triton_kernels.matmul_ogs_details.opt_flags"].update_opt_flags_constraints = lambda constraints: None
-    stubs["triton_kernels.numerics"].InFlexData = lambda *args, **kwargs: None
-    tensor = stubs["triton_kernels.tensor"]
-    tensor.FP4 = "fp4"
-    tensor.wrap_torch_tensor = lambda t, dtype=None: t
-    tensor.convert_layout = lambda t, layout, **opts: handed.append(t) or t
-    layout = stubs["triton_kernels.tensor_details.layout"]
-    layout.StridedLayout = "strided"
-    layout.make_default_matmul_mxfp4_w_layout = lambda mx_axis: ("hopper-value", {})
-    layout.make_default_matmul_mxfp4_w_scale_layout = lambda mx_axis, num_warps: ("hopper-scale", {})
-    for name in _TRITON_KERNELS_STUBS:
-        parent, _, child = name.rpartition(".")
-        if parent:
-            setattr(stubs[parent], child, stubs[name])
     sm90 = types.SimpleNamespace(
         is_cuda=lambda: True,
         is_rocm=lambda: False,
@@ -656,7 +628,7 @@ def _hopper_triton_kernels(v: types.SimpleNamespace) -> Iterator[list[torch.Tens
     )
     utils, oracle = v.mxfp4_utils, v.mxfp4_oracle
     with (
-        mock.patch.dict(sys.modules, stubs),
+        triton_kernels.recorded_hand_over() as handed,
         mock.patch.object(utils, "current_platform", sm90),
         mock.patch.object(utils, "has_triton_kernels", lambda: True),
         mock.patch.object(utils, "get_triton_kernels_version", lambda: "3.5.1"),
