@@ -194,6 +194,28 @@ REQUIRED_SYMBOLS = {
 import, so a moved or renamed one fails loudly, naming it."""
 
 
+def import_required(required: dict[str, tuple[str, ...]], what: str) -> tuple[dict[str, types.ModuleType], list[str]]:
+    """Every module of ``required`` imported, and the ``module.symbol`` names of ``required`` they lack.
+    Raises :class:`SglangUnavailable` naming ``what`` when a module does not import."""
+    modules = {}
+    try:
+        for name in required:
+            modules[name] = importlib.import_module(name)
+    except Exception as exc:
+        raise SglangUnavailable(
+            f"{what} is not importable ({type(exc).__name__}: {exc}); run scripts/install-sglang-cpu.sh"
+        ) from exc
+    return modules, [f"{m}.{s}" for m, symbols in required.items() for s in symbols if not hasattr(modules[m], s)]
+
+
+def source_matches(missing: list[str]) -> None:
+    """Raise :class:`SglangSourceMismatch` naming each of the ``missing`` symbols (none: return)."""
+    if missing:
+        raise SglangSourceMismatch(
+            f"SGLang no longer defines {', '.join(missing)} (adapters written for {SGLANG_VERSION})"
+        )
+
+
 def sglang_missing() -> str | None:
     """Why the ``sglang`` subject cannot run here (SGLang not installed), without importing SGLang."""
     if importlib.util.find_spec("sglang") is None:
@@ -213,19 +235,8 @@ def sglang_modules() -> types.SimpleNamespace:
         raise SglangUnavailable("SGLang is not installed; run scripts/install-sglang-cpu.sh")
     if importlib.util.find_spec("torchvision") is None:
         sys.meta_path.append(_TorchvisionStandIn())
-    modules = {}
-    try:
-        for name in REQUIRED_SYMBOLS:
-            modules[name] = importlib.import_module(name)
-    except Exception as exc:
-        raise SglangUnavailable(
-            f"SGLang is not importable ({type(exc).__name__}: {exc}); run scripts/install-sglang-cpu.sh"
-        ) from exc
-    missing = [f"{m}.{s}" for m, symbols in REQUIRED_SYMBOLS.items() for s in symbols if not hasattr(modules[m], s)]
-    if missing:
-        raise SglangSourceMismatch(
-            f"SGLang no longer defines {', '.join(missing)} (adapters written for {SGLANG_VERSION})"
-        )
+    modules, missing = import_required(REQUIRED_SYMBOLS, "SGLang")
+    source_matches(missing)
     sglang = importlib.import_module("sglang")
     layer = modules["sglang.srt.layers.moe.fused_moe_triton.layer"]
     return types.SimpleNamespace(

@@ -32,7 +32,6 @@ from __future__ import annotations
 
 import contextlib
 import functools
-import importlib
 import types
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
@@ -56,11 +55,12 @@ from subjects.sglang import (
     SGLANG_SOURCE,
     SGLANG_VERSION,
     SglangSourceMismatch,
-    SglangUnavailable,
     _pass_through,
+    import_required,
     sglang_layer_context,
     sglang_missing,
     sglang_modules,
+    source_matches,
 )
 from subjects.sglang_sharding import uneven_split_refused
 
@@ -103,25 +103,11 @@ def dsv4_modules() -> types.SimpleNamespace:
     """:func:`subjects.sglang.sglang_modules` plus the modules of :data:`DSV4_REQUIRED_SYMBOLS`, every symbol and
     :data:`DSV4_ATTRIBUTES` checked: :class:`SglangSourceMismatch` names each missing one."""
     m = sglang_modules()
-    modules = {}
-    try:
-        for name in DSV4_REQUIRED_SYMBOLS:
-            modules[name] = importlib.import_module(name)
-    except Exception as exc:
-        raise SglangUnavailable(
-            f"SGLang's DeepSeek-V4 path is not importable ({type(exc).__name__}: {exc}); "
-            "run scripts/install-sglang-cpu.sh"
-        ) from exc
-    missing = [
-        f"{mod}.{s}" for mod, symbols in DSV4_REQUIRED_SYMBOLS.items() for s in symbols if not hasattr(modules[mod], s)
-    ]
+    modules, missing = import_required(DSV4_REQUIRED_SYMBOLS, "SGLang's DeepSeek-V4 path")
     dsv4 = modules["sglang.srt.models.deepseek_v4"]
     owners = {"DeepseekV4ForCausalLM": getattr(dsv4, "DeepseekV4ForCausalLM", None), "FusedMoE": m.FusedMoE}
     missing += [f"{cls}.{attr}" for cls, attr in DSV4_ATTRIBUTES if not hasattr(owners[cls], attr)]
-    if missing:
-        raise SglangSourceMismatch(
-            f"SGLang no longer defines {', '.join(missing)} (adapters written for {SGLANG_VERSION})"
-        )
+    source_matches(missing)
     return types.SimpleNamespace(
         **vars(m),
         fp8=modules["sglang.srt.layers.quantization.fp8"],
