@@ -330,7 +330,7 @@ def stand_in_function(module: str, name: str, stand_in: Callable[..., Any]) -> I
         yield
 
 
-def _not_mapped(backend: enum.Enum) -> str:
+def not_mapped(backend: enum.Enum) -> str:
     """Why the subject does not run ``backend`` (:data:`NVFP4_NOT_MAPPED`, :data:`MXFP4_NOT_MAPPED`)."""
     reasons = {**NVFP4_NOT_MAPPED, **MXFP4_NOT_MAPPED}
     return reasons.get(backend, f"the SGLang subject does not map {backend.value}")
@@ -446,7 +446,7 @@ def nvfp4_fused_moe(
     size, under ``--moe-runner-backend`` :data:`NVFP4_BACKENDS` on a B200 (:func:`sglang_layer_context`): its
     constructor picks ``ModelOptNvFp4FusedMoEMethod``, whose ``create_weights`` rounds and allocates."""
     if backend not in NVFP4_BACKENDS:
-        raise LibraryUnavailable(_not_mapped(backend))
+        raise LibraryUnavailable(not_mapped(backend))
     with sglang_layer_context(NVFP4_BACKENDS[backend].runner, BLACKWELL, tp, rank, ep) as m:
         config = m.modelopt.ModelOptFp4Config(
             is_checkpoint_nvfp4_serialized=True,
@@ -917,7 +917,7 @@ def mxfp4_layer(
     Yields SGLang's modules and the layer, before post-load processing.
     """
     if backend not in MXFP4_BACKENDS:
-        raise LibraryUnavailable(_not_mapped(backend))
+        raise LibraryUnavailable(not_mapped(backend))
     runner = MXFP4_BACKENDS[backend]
     e, h, i = checkpoint.w13.shape[0], checkpoint.hidden_size, checkpoint.intermediate_size
     interleaved = gpt_oss_family(checkpoint)
@@ -1150,7 +1150,7 @@ class SglangMxfp4MoeAlignment:
         if not gated:
             raise UnsupportedConfig("SGLang's MXFP4 MoE methods run gated experts only")
         if backend not in MXFP4_BACKENDS:
-            raise LibraryUnavailable(_not_mapped(backend))
+            raise LibraryUnavailable(not_mapped(backend))
         runner = MXFP4_BACKENDS[backend]
         if runner.stacked_via_quark and not gpt_oss_family(weights):
             with quark_layer(weights) as (m, layer):

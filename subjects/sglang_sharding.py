@@ -79,12 +79,12 @@ class SglangMoeSharding(LoaderSharding):
     ) -> MoeWeights:
         """Rank ``(ep_rank, tp_rank)``: SGLang's rank ``ep_rank·tp + tp_rank`` of ``tp·ep``
         (:func:`subjects.sglang.parallel_layout`)."""
-        from subjects.sglang import MXFP4_BACKENDS, NVFP4_BACKENDS, _not_mapped
+        from subjects.sglang import MXFP4_BACKENDS, NVFP4_BACKENDS, not_mapped
 
         rank = ep_rank * tp + tp_rank
         nvfp4 = ckpt.block == NVFP4_BLOCK
         if backend is not None and backend not in (NVFP4_BACKENDS if nvfp4 else MXFP4_BACKENDS):
-            raise UnsupportedConfig(_not_mapped(backend))
+            raise UnsupportedConfig(not_mapped(backend))
         with uneven_split_refused(ckpt.intermediate_size, tp, ckpt.w13.shape[0], ep):
             if not nvfp4:
                 return self.load_mxfp4(ckpt, gated, tp, rank, ep, backend or MXFP4_BACKEND)

@@ -587,14 +587,14 @@ VLLM_MXFP4_BACKENDS = {
 """The suite's MXFP4 MoE backends as vLLM's ``Mxfp4MoeBackend`` members."""
 
 ROCM_BACKENDS = (Mxfp4MoeBackend.AITER, Mxfp4MoeBackend.AITER_A16W4)
-"""Backends whose rounding vLLM decides under ``current_platform.is_rocm()`` (:func:`_rocm_platform`)."""
+"""Backends whose rounding vLLM decides under ``current_platform.is_rocm()`` (:func:`rocm_platform`)."""
 
 CDNA4 = 4
 """gfx950 (MI350x / MI355x), the suite's AITER target, is CDNA 4."""
 
 
 @contextlib.contextmanager
-def _rocm_platform(v: types.SimpleNamespace) -> Iterator[None]:
+def rocm_platform(v: types.SimpleNamespace) -> Iterator[None]:
     """A ROCm CDNA4 platform for the oracle: its ``current_platform`` answers ``is_rocm()``, and
     ``vllm.platforms.rocm`` (which queries the GPU at import) is a stub with ``get_cdna_version() = 4``.
     Nothing is patched where the platform already is ROCm."""
@@ -685,7 +685,7 @@ def triton_kernel_format(v: types.SimpleNamespace, weights: MoeWeights) -> MoeWe
 class VllmMxfp4MoeAlignment(BuiltinMxfp4MoeAlignment):
     """Sizes from vLLM's ``mxfp4_round_up_hidden_size_and_intermediate_size`` (``fused_moe/oracle/mxfp4.py``),
     for the vLLM backend :data:`VLLM_MXFP4_BACKENDS` names; the AITER ones under a patched ROCm CDNA4
-    platform (:func:`_rocm_platform`), called without ``activation`` as Quark's and gpt-oss's
+    platform (:func:`rocm_platform`), called without ``activation`` as Quark's and gpt-oss's
     ``maybe_roundup_sizes`` do.
 
     ``triton-kernels-sm90``: vLLM keeps its rounded sizes and zero-pads only the scale groups along K
@@ -720,7 +720,7 @@ class VllmMxfp4MoeAlignment(BuiltinMxfp4MoeAlignment):
         """``(Ip, Hp)`` from ``mxfp4_round_up_hidden_size_and_intermediate_size`` for ``backend``."""
         v = vllm_modules()
         member = v.mxfp4_oracle.Mxfp4MoeBackend[VLLM_MXFP4_BACKENDS[backend]]
-        platform = _rocm_platform(v) if backend in ROCM_BACKENDS else contextlib.nullcontext()
+        platform = rocm_platform(v) if backend in ROCM_BACKENDS else contextlib.nullcontext()
         with platform:
             hidden, intermediate = v.mxfp4_oracle.mxfp4_round_up_hidden_size_and_intermediate_size(
                 member, weights.hidden_size, weights.intermediate_size

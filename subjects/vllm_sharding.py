@@ -199,10 +199,10 @@ class RankGrid:
 
     def platform(self) -> contextlib.AbstractContextManager:
         """The platform vLLM rounds ``mxfp4_backend`` under (a ROCm CDNA4 one for the AITER backends)."""
-        from subjects.vllm import ROCM_BACKENDS, _rocm_platform
+        from subjects.vllm import ROCM_BACKENDS, rocm_platform
 
         if self.mxfp4_backend in ROCM_BACKENDS:
-            return _rocm_platform(sharding_modules())
+            return rocm_platform(sharding_modules())
         return contextlib.nullcontext()
 
 
