@@ -29,8 +29,10 @@ from typing import Any
 
 import torch
 
+from contracts.errors import GuardViolation
 
-class InputModified(AssertionError):
+
+class InputModified(GuardViolation):
     """A policy method wrote to (or resized) a tensor it was given."""
 
 
