@@ -40,6 +40,8 @@ from reference.padding import pad_dim
 
 HOPPER_BLOCK_K = 128
 """K elements per ``matmul_ogs`` tile for MXFP4 weights on Hopper (``compute_block_k``): 4 scale groups."""
+HOPPER_TILE_GROUPS = HOPPER_BLOCK_K // MXFP4_BLOCK
+"""Scale groups per ``block_k`` tile: what vLLM 0.33.0 (PR #47910) pads the scale groups to before the layout."""
 HOPPER_SCALE_ALIGN_K = 2
 """Scale groups ``HopperMXScaleLayout`` pads K to (triton_kernels 3.5.1; 4 from triton PR #10800)."""
 HOPPER_NUM_WARPS = 8
@@ -50,36 +52,73 @@ LAYOUT_MODULES = (
 )
 
 
-def stored_scale_groups(k: int) -> int:
-    """Scale groups along K that ``HopperMXScaleLayout`` stores for ``k`` elements (zero-padded to 2)."""
+def stored_scale_groups(k: int, groups_to: int = HOPPER_SCALE_ALIGN_K) -> int:
+    """Scale groups along K stored for ``k`` elements when they are zero-padded to a multiple of ``groups_to``
+    (``HopperMXScaleLayout`` of triton_kernels 3.5.1 pads to 2; vLLM 0.33.0 pads to 4 before it)."""
     groups = -(-k // MXFP4_BLOCK)
-    return -(-groups // HOPPER_SCALE_ALIGN_K) * HOPPER_SCALE_ALIGN_K
+    return -(-groups // groups_to) * groups_to
 
 
 def read_scale_groups(k: int) -> int:
     """Scale groups the Hopper kernel loads for ``k`` elements: ``cdiv(k, 128)`` whole 4-group tiles."""
-    return -(-k // HOPPER_BLOCK_K) * (HOPPER_BLOCK_K // MXFP4_BLOCK)
+    return -(-k // HOPPER_BLOCK_K) * HOPPER_TILE_GROUPS
+
+
+ODD_GROUPS_K = 2 * MXFP4_BLOCK
+"""The Hopper ``matmul_ogs`` result is right only for ``K % 64 == 0``: an odd number of 32-element groups along
+K gives a silently wrong output whatever the scale padding (``backends/truth/triton-kernels-sm90.sm90.json``,
+every ``K % 64 == 32`` from 32 to 2016 wrong by 10 to 225 units of ``2^-8`` magnitude, no error raised;
+zero-padding such a K to a multiple of 64 makes it right)."""
+REFUSED_OUTPUT_WIDTH = 128
+"""The Hopper ``matmul_ogs`` refuses ``N <= 128`` output columns at compile time
+(``CompileTimeAssertionFailure``, ``tl.static_assert(W_TRANSPOSE)``; measured for N = 32 ... 128, N = 160 runs).
+A loud refusal, not a padding rule: no MXFP4 MoE model has ``H <= 128`` or ``2·I <= 128`` per rank."""
+
+
+def gemm_violations(k: int, stored_groups: int) -> list[str]:
+    """Why one Hopper MXFP4 ``matmul_ogs`` GEMM with ``k`` weight elements along K and ``stored_groups`` scale
+    groups stored before the layout gives a wrong result without an error.
+
+    Two rules, each measured (``backends/truth``): ``k % 64 == 32`` (an odd number of 32-groups,
+    :data:`ODD_GROUPS_K`), and fewer stored scale groups than the ``block_k = 128`` kernel reads unmasked
+    (:func:`read_scale_groups`): it then reads bytes past the stored scales, uninitialised memory whose
+    0xFF bytes are E8M0 NaNs (vLLM #47303; the measured K = 960 with the layout's own padding came out
+    non-finite, K = 2880 happened to read zeros).
+    """
+    problems = []
+    if k % ODD_GROUPS_K:
+        problems.append(f"K {k} has an odd number of 32-element groups ({k // MXFP4_BLOCK}): silently wrong on Hopper")
+    read = read_scale_groups(k)
+    if stored_groups < read:
+        problems.append(f"{stored_groups} scale groups stored, the block_k 128 kernel reads {read} (vLLM #47303)")
+    return problems
+
+
+def contract_k(k_weights: int, stored_groups: int) -> int:
+    """The K of one GEMM as the contract states it, for weights of ``k_weights`` elements along K handed over with
+    ``stored_groups`` scale groups (an engine that pads only the scales, as vLLM 0.33.0 does).
+
+    Where the weights' K has an even number of groups the kernel's result equals that of the weights zero-padded
+    to the scales (bit-identical, measured: 2880 vs 2944, 704 vs 768, 320 vs 384), so K is ``32 · stored``;
+    otherwise the kernel is wrong (:func:`gemm_violations`) and K stays ``k_weights``, which the rule rejects.
+    """
+    return MXFP4_BLOCK * stored_groups if k_weights % ODD_GROUPS_K == 0 else k_weights
 
 
 def hopper_violations(intermediate: int, hidden: int) -> list[str]:
-    """Why triton_kernels' Hopper MXFP4 ``matmul_ogs`` would read scales past their storage for ``(I, H)``.
+    """Why triton_kernels' Hopper MXFP4 ``matmul_ogs`` would be silently wrong for experts zero-padded to ``(I, H)``
+    (weights and scales alike), with the scales laid out by triton_kernels 3.5.1's ``HopperMXScaleLayout``
+    (:func:`stored_scale_groups`, pad to 2): :func:`gemm_violations` of FC1 (``K = H``) and FC2 (``K = I``).
 
-    FC1 reduces over ``K = H``, FC2 over ``K = I``. The kernel reads whole 4-group tiles
-    (:func:`read_scale_groups`); the contract both upstream fixes settled on is that the scales handed
-    over fill whole tiles, ``K % 128 == 0`` (vLLM PR #47910 pads the groups to a multiple of 4,
-    triton PR #10800 makes the layout do it). triton_kernels 3.5.1's own pad to 2 groups
-    (:func:`stored_scale_groups`) happens to complete the tile when ``(K/32) % 4 == 3`` and falls
-    one or two groups short when it is 1 or 2, which the message states.
+    Together the rules amount to ``K % 128 == 0``, what both upstream fixes of vLLM #47303 settled on (vLLM
+    PR #47910 pads the groups to a multiple of 4, triton PR #10800 makes the layout do it), but for two
+    reasons: an odd group count is wrong by itself, and ``K % 128 == 64`` reads two groups past the layout's.
     """
-    problems = []
-    for label, k in (("FC1", hidden), ("FC2", intermediate)):
-        if k % HOPPER_BLOCK_K:
-            stored, read = stored_scale_groups(k), read_scale_groups(k)
-            problems.append(
-                f"{label} K {k} % 128 != 0: the Hopper block_k 128 kernel reads {read} scale groups unmasked, "
-                f"HopperMXScaleLayout (triton_kernels 3.5.1) stores {stored} (vLLM #47303)"
-            )
-    return problems
+    return [
+        f"{label}: {problem}"
+        for label, k in (("FC1", hidden), ("FC2", intermediate))
+        for problem in gemm_violations(k, stored_scale_groups(k))
+    ]
 
 
 def hopper_layout() -> ModuleType:
@@ -172,17 +211,19 @@ def handed_weights(
 
     ``handed``: FC1 weights ``[E, H/2, 2I]``, FC1 scales ``[E, G1, 2I]``, FC2 weights ``[E, I/2, H]``, FC2
     scales ``[E, G2, H]`` (the quantization axis on dim 1, as ``_swizzle_mxfp4`` transposes them; ``G`` the
-    scale groups along K the engine hands over, padded or not). The kernel reads ``32·G`` elements of K and
-    masks the weights' K tail, so for the contract the layer is the weights zero-padded to the scales:
-    ``Hp = 32·G1``, ``Ip = 32·G2``, FC1 rows (weights, scales, fp32 biases) zero-padded to ``2·Ip`` and FC2's
-    to ``Hp``. FC1 rows are labelled with the order ``swiglu`` reads (gate/up pairs)."""
+    scale groups along K the engine hands over, padded or not). Where the weights' K has an even number of
+    groups the kernel's result is that of the weights zero-padded to the scales (:func:`contract_k`), so for the
+    contract the layer is ``Hp = 32·G1``, ``Ip = 32·G2``; where it is odd, ``K`` stays the weights' and the scale
+    groups past it (the engine's zero padding) are dropped, so the odd-group rule judges it. FC1 rows (weights,
+    scales, fp32 biases) are zero-padded to ``2·Ip`` and FC2's to ``Hp``, labelled with the order ``swiglu``
+    reads (gate/up pairs)."""
     w13, s13, w2, s2 = (t.transpose(-2, -1).contiguous() for t in handed)
-    ip, hp = MXFP4_BLOCK * s2.shape[-1], MXFP4_BLOCK * s13.shape[-1]
+    ip, hp = contract_k(2 * w2.shape[-1], s2.shape[-1]), contract_k(2 * w13.shape[-1], s13.shape[-1])
     return MoeWeights(
         w13=pad_dim(pad_dim(w13, -1, hp // 2), -2, 2 * ip),
-        w13_scale=pad_dim(s13, -2, 2 * ip),
+        w13_scale=pad_dim(s13[..., : hp // MXFP4_BLOCK], -2, 2 * ip),
         w2=pad_dim(pad_dim(w2, -1, ip // 2), -2, hp),
-        w2_scale=pad_dim(s2, -2, hp),
+        w2_scale=pad_dim(s2[..., : ip // MXFP4_BLOCK], -2, hp),
         block=MXFP4_BLOCK,
         fc1_layout=Fc1Layout.GATE_UP_INTERLEAVED,
         w13_bias=None if w13_bias is None else pad_dim(w13_bias.float(), -1, 2 * ip),

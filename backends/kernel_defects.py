@@ -15,6 +15,9 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 
+from adapters import triton_kernels as tk
+from reference.formats import MXFP4_BLOCK
+
 
 @dataclass(frozen=True)
 class KernelDefect:
@@ -46,6 +49,22 @@ AITER_LINEAR_DEFECTS: tuple[KernelDefect, ...] = (
     ),
 )
 """Documented defects of AITER's MXFP4 linear kernels (the paths of :mod:`backends.mxfp4_linear`)."""
+
+
+TRITON_KERNELS_MOE_DEFECTS: tuple[KernelDefect, ...] = (
+    KernelDefect(
+        "triton-kernels-sm90",
+        "matmul_ogs with Hopper MXFP4 weights (HopperMXValueLayout / HopperMXScaleLayout, mx_axis=1) returns a "
+        "wrong result, with no error, when K holds an odd number of 32-element groups, whatever the scale "
+        "padding (measured on an H200 with triton_kernels 3.5.1 as vendored by vLLM 0.33.0: every K % 64 == 32 "
+        "from 32 to 2016; scripts/repro_matmul_ogs_odd_k.py reproduces it with torch and triton_kernels alone)",
+        "backends/truth/triton-kernels-sm90.sm90.json",
+        lambda shape: len(shape) == 2 and (shape[1] * MXFP4_BLOCK) % tk.ODD_GROUPS_K != 0,
+        required=True,
+    ),
+)
+"""Documented defects of triton_kernels' Hopper MXFP4 GEMM: ``applies`` gets a GEMM's scale shape ``(N, K/32)``.
+The record's rule (:func:`adapters.triton_kernels.gemm_violations`) states the same condition as a violation."""
 
 
 def covering(defects: tuple[KernelDefect, ...], path: str, scale_shape: tuple[int, ...]) -> list[KernelDefect]:

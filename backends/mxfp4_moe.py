@@ -18,7 +18,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
-from adapters import aiter_moe
+from adapters import aiter_moe, matmul_ogs
 from adapters import flashinfer_mxfp4 as fim
 from adapters import flashinfer_sm90_moe as sm90
 from adapters import triton_kernels as tk
@@ -194,6 +194,21 @@ on padded and unpadded weights each obey the bound, so they differ by at most ``
 """
 
 
+TRITON_SM90_METRIC = "error / (2^-8 · magnitude)"
+TRITON_SM90_TOLERANCE = 4.0
+"""Largest allowed ``|kernel - reference| / (2^-8 · M)`` for triton_kernels' ``matmul_ogs`` MoE, ``M`` =
+:func:`reference.moe.moe_magnitude` with the expert biases.
+
+Argument (first order in ``u = 2^-8``; fp32 accumulation, ``K·2^-24 <= 2^-12`` relative, is negligible). The
+reference is exact in the kernel's inputs: ``x`` is rounded to bf16 before both run, E2M1 codes times UE8M0
+scales are exact in bf16, biases and routing weights are fp32 (the kernel's top-k softmax over fp32 logits
+differs from the reference's by ``~2^-23``). The kernel keeps FC1's output and the fused SwiGLU in fp32
+(``_swiglu_fn`` upcasts) and rounds to bf16 (i) the activation it stores for FC2, moving ``out`` by at most
+``u·M`` (``|act| <= G·(U + β)``), (ii) each routed slot's FC2 output and (iii) the top-k sum (``u·M`` each).
+Total ``3·u·M``; 4 leaves room for second-order terms. A mispaired gate/up row or a misread scale group
+moves an output by a whole term, tens of units (``backends/truth``: 10 to 225)."""
+
+
 @dataclass(frozen=True, kw_only=True)
 class Mxfp4MoeRecord(BackendRecord):
     """An MXFP4 MoE backend (gated SwiGLU experts only).
@@ -325,7 +340,9 @@ RECORDS = (
         member=Mxfp4MoeBackend.TRITON_SM90,
         contract=CONTRACT,
         entry_point="triton_kernels matmul_ogs (HopperMXValueLayout / HopperMXScaleLayout, mx_axis=1)",
+        kernel_requires=("sm90", "triton_kernels"),
         sources=(
+            "vLLM 0.33.0 vllm/model_executor/layers/fused_moe/gpt_oss_triton_kernels_moe.py (triton_kernel_fused_experts)",
             "https://github.com/vllm-project/vllm/issues/47303",
             "https://github.com/vllm-project/vllm/pull/47910",
             "https://github.com/triton-lang/triton/pull/10800",
@@ -336,6 +353,8 @@ RECORDS = (
         intermediate_multiple=tk.HOPPER_BLOCK_K,
         hidden_multiple=tk.HOPPER_BLOCK_K,
         violations=lambda i, h, e: tk.hopper_violations(i, h),
+        kernel=matmul_ogs.moe,
+        tolerances={TRITON_SM90_METRIC: TRITON_SM90_TOLERANCE},
         aliases=("TRITON_UNFUSED: the same matmul_ogs weights and _swizzle_mxfp4 (vLLM TRITON_BACKENDS)",),
     ),
     Mxfp4MoeRecord(

@@ -7,6 +7,7 @@ triager needs; the contract modules compose them into ``check_*`` functions.
 from __future__ import annotations
 
 import enum
+import math
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -147,3 +148,13 @@ def assert_bit_identical(got: torch.Tensor, want: torch.Tensor, context: str) ->
         raise AssertionError(
             f"{context}: max |diff| = {diff:.4g} (max |ref| = {want.abs().max().item():.4g}, shape {tuple(want.shape)})"
         )
+
+
+def normalized_error(got: torch.Tensor, want: torch.Tensor, scale: torch.Tensor) -> float:
+    """``max |got - want| / scale`` over all entries; ``inf`` for a non-finite ``got`` or a difference where ``scale = 0``."""
+    if not bool(torch.isfinite(got).all()):
+        return math.inf
+    diff = (got - want).abs()
+    exact = torch.where(diff > 0, math.inf, 0.0)
+    ratio = torch.where(scale > 0, diff / scale.clamp_min(torch.finfo(torch.float32).tiny), exact)
+    return float(ratio.max()) if ratio.numel() else 0.0

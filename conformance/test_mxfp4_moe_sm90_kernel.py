@@ -20,7 +20,6 @@ to ``<results>/mxfp4_moe_sm90_kernel[-<worker>].json``.
 from __future__ import annotations
 
 import json
-import math
 import os
 from dataclasses import dataclass
 
@@ -32,7 +31,7 @@ from adapters import flashinfer_sm90_moe as sm90
 from adapters.flashinfer_sm90_moe import SM90_ALIGNMENT
 from backends import record
 from backends.mxfp4_moe import CONTRACT, Mxfp4MoeBackend
-from conformance.moe_checks import align_checked
+from conformance.moe_checks import align_checked, normalized_error
 from contracts.moe import MoeAlignment, pad_moe, relayout_moe
 from harness.properties import check, record_event, record_target
 from harness.runner import RUN_STATE
@@ -97,16 +96,6 @@ REGRESSIONS = (
     _pin("gpt-oss-120b", 4, 0, 128),  # whole-block shards
     _pin("qwen3-30b-a3b", 1, 128, 0),  # aligned: padded and unpadded both run
 )
-
-
-def normalized_error(got: torch.Tensor, want: torch.Tensor, scale: torch.Tensor) -> float:
-    """``max |got - want| / scale`` over all entries; ``inf`` for a non-finite ``got`` or a difference where ``scale = 0``."""
-    if not bool(torch.isfinite(got).all()):
-        return math.inf
-    diff = (got - want).abs()
-    exact = torch.where(diff > 0, math.inf, 0.0)
-    ratio = torch.where(scale > 0, diff / scale.clamp_min(torch.finfo(torch.float32).tiny), exact)
-    return float(ratio.max()) if ratio.numel() else 0.0
 
 
 @check(

@@ -1,7 +1,7 @@
 """The one place that knows the machine: GPUs, their architecture, and which libraries import.
 
 Requirements are named by pytest markers (``cuda``, ``sm90``, ``sm100``, ``gfx950``,
-``flashinfer``, ``aiter``, ``aiter_triton``, ``vllm``, ``sglang``); :func:`missing` returns the skip
+``flashinfer``, ``aiter``, ``aiter_triton``, ``triton_kernels``, ``vllm``, ``sglang``); :func:`missing` returns the skip
 reason for a requirement this machine lacks, naming what is absent, or ``None`` when the test can run here.
 Architecture gates are exact families (``sm100`` means compute capability 10.x, not ">= 10"),
 so consumer Blackwell (12.x) never collects a B200-only kernel.
@@ -26,6 +26,7 @@ REQUIREMENTS = {
     "flashinfer": "flashinfer-python (pip install 'fp4-conformance[nvidia]')",
     "aiter": "AMD AITER (pip install amd-aiter; needs ROCm)",
     "aiter_triton": "an NVIDIA GPU and amd-aiter for AITER Triton on CUDA (pip install 'fp4-conformance[amd]')",
+    "triton_kernels": "OpenAI's triton_kernels (its own package, or vLLM's vendored vllm/third_party/triton_kernels)",
     "vllm": "vLLM (scripts/install-vllm-cpu.sh)",
     "sglang": "SGLang (scripts/install-sglang-cpu.sh)",
 }
@@ -70,6 +71,13 @@ def _importable(module: str) -> bool:
         return False
 
 
+def _vendored_triton_kernels() -> bool:
+    """Whether vLLM's vendored ``vllm/third_party/triton_kernels`` is on disk (found without importing vLLM)."""
+    spec = importlib.util.find_spec("vllm") if _importable("vllm") else None
+    roots = spec.submodule_search_locations if spec is not None else None
+    return any(os.path.isdir(os.path.join(root, "third_party", "triton_kernels")) for root in roots or ())
+
+
 @functools.cache
 def machine() -> Machine:
     """Detect the machine once per process (after any xdist device pinning)."""
@@ -79,6 +87,8 @@ def machine() -> Machine:
     name = torch.cuda.get_device_name(0) if n else None
     gfx = torch.cuda.get_device_properties(0).gcnArchName if (n and rocm) else None
     libs = {lib for lib in ("flashinfer", "vllm", "sglang", "ml_dtypes") if _importable(lib)}
+    if _importable("triton_kernels") or _vendored_triton_kernels():
+        libs.add("triton_kernels")
     if _importable("aiter"):  # the package's files; importing it needs ROCm
         libs.add("aiter" if rocm else "amd-aiter")
     return Machine(n, rocm, cc, gfx, name, frozenset(libs))

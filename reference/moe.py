@@ -165,11 +165,14 @@ def moe_magnitude(
     ids: torch.Tensor,
     act: Activation,
     order: GateUpOrder,
+    w13_bias: torch.Tensor | None = None,
+    w2_bias: torch.Tensor | None = None,
 ) -> torch.Tensor:
-    """Rounding-error scale of a gated MoE layer: ``M[t] = Σ_j w[t,j] · |W2[e]| (G ⊙ (U + β))``, ``e = ids[t, j]``.
+    """Rounding-error scale of a gated MoE layer: ``M[t] = Σ_j w[t,j] · (|W2[e]| (G ⊙ (U + β)) + |b2[e]|)``,
+    ``e = ids[t, j]``.
 
-    ``G = |x| |W_gate[e]|^T`` and ``U = |x| |W_up[e]|^T`` bound ``|gate|`` and ``|up|`` channel by
-    channel (``β`` is SwiGLU-OAI's beta, else 0). For SwiGLU, GeGLU and SwiGLU-OAI,
+    ``G = |x| |W_gate[e]|^T + |b_gate[e]|`` and ``U = |x| |W_up[e]|^T + |b_up[e]|`` bound ``|gate|`` and ``|up|``
+    channel by channel (``β`` is SwiGLU-OAI's beta, else 0; absent biases are 0). For SwiGLU, GeGLU and SwiGLU-OAI,
     ``|act| <= |gate|·(|up| + β)``, ``|∂act/∂up| <= |gate|`` and ``|∂act/∂gate| <= 1.13·(|up| + β)``,
     so relative perturbations ``ε`` of gate, up and the activation output move ``out[t]`` by at
     most about ``3.2·ε·M[t]``. Same shapes as :func:`moe_reference`; returns fp32 ``[T, H]``.
@@ -179,6 +182,10 @@ def moe_magnitude(
     beta = act.beta if act.kind is ActivationKind.SWIGLU_OAI else 0.0
     per_slot = torch.zeros(*ids.shape, x.shape[1], dtype=torch.float32, device=x.device)
     for expert, tok, slot in routed_experts(ids):
-        gate, up = split_gate_up(exact_matmul(x[tok].abs(), w13[expert].abs()), order)
-        per_slot[tok, slot] = exact_matmul(gate * (up + beta), w2[expert].abs())
+        hid = exact_matmul(x[tok].abs(), w13[expert].abs())
+        if w13_bias is not None:
+            hid = hid + w13_bias[expert].abs()
+        gate, up = split_gate_up(hid, order)
+        y = exact_matmul(gate * (up + beta), w2[expert].abs())
+        per_slot[tok, slot] = y if w2_bias is None else y + w2_bias[expert].abs()
     return weighted_sum(weights, per_slot)

@@ -136,6 +136,14 @@ KNOWN_BAD = (
         reproduces="vLLM #47303 (gpt-oss on H100/H200, K 2880: 90 scale groups stored, 92 read, GSM8K 0 %); "
         "fixed by vLLM PR #47910",
     ),
+    Subject(
+        "bad-triton-odd-groups",
+        "triton_kernels on Hopper: I rounded to 32 (H to 128), so FC2's K may hold an odd number of 32-element "
+        "groups, which matmul_ogs computes wrongly without an error",
+        {CONTRACT: RoundingAlignment(Mxfp4MoeBackend.TRITON_SM90, MXFP4_BLOCK, 128)},
+        reproduces="the odd-group defect measured on the H200 (backends/truth/triton-kernels-sm90.sm90.json; "
+        "backends.kernel_defects.TRITON_KERNELS_MOE_DEFECTS)",
+    ),
 )
 for _subject in KNOWN_BAD:
     register_subject(_subject)

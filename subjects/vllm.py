@@ -689,9 +689,10 @@ class VllmMxfp4MoeAlignment(BuiltinMxfp4MoeAlignment):
     ``maybe_roundup_sizes`` do.
 
     ``triton-kernels-sm90``: vLLM keeps its rounded sizes and zero-pads only the scale groups along K
-    (:func:`hopper_scale_groups`, vLLM PR #47910); the kernel masks the weights' K tail, so for the
-    contract that equals weights and scales zero-padded to ``32 × groups`` along K, the sizes reported
-    here (FC1's K is ``H``, FC2's is ``I``).
+    (:func:`hopper_scale_groups`, vLLM PR #47910); where the weights' K has an even number of 32-groups that
+    equals weights and scales zero-padded to ``32 × groups`` along K for the kernel, otherwise K stays the
+    weights' (:func:`adapters.triton_kernels.contract_k`), the sizes reported here (FC1's K is ``H``, FC2's
+    is ``I``).
 
     Only the sizes are vLLM's: the zero padding per gate/up half and the FC1 row order are the built-in
     policy's (``contracts.moe.pad_moe``, ``reference.padding``), since vLLM places weights in the padded
@@ -713,7 +714,7 @@ class VllmMxfp4MoeAlignment(BuiltinMxfp4MoeAlignment):
             v = vllm_modules()
             fc1 = hopper_scale_groups(v, torch.zeros(e, 2 * ip, hp // 32, dtype=torch.uint8))
             fc2 = hopper_scale_groups(v, torch.zeros(e, hp, ip // 32, dtype=torch.uint8))
-            hp, ip = 32 * fc1, 32 * fc2
+            hp, ip = triton_kernels.contract_k(hp, fc1), triton_kernels.contract_k(ip, fc2)
         return ip, hp
 
     def oracle_sizes(self, backend: Mxfp4MoeBackend, weights: MoeWeights) -> tuple[int, int]:

@@ -1,0 +1,165 @@
+"""Kernel truth tables: what a kernel really does at the sizes its backend record speaks about.
+
+``python -m bench.kernel_truth --kernel triton-kernels-sm90 --out backends/truth`` runs the kernel on this
+machine's GPU over a grid of sizes and classifies each point as
+
+* ``correct``: it ran and every output element is within :data:`GEMM_TOLERANCE` (GEMM points) or the MoE
+  kernel property's bound (MoE points) of the fp32 reference on the same inputs,
+* ``loud``: the library raised (the error's type and first line are kept), or
+* ``silent``: it ran and returned a wrong (or non-finite) result without an error.
+
+It writes ``<out>/<kernel>.<arch>.json``: the hardware, library versions and date it was measured with, and
+one row per point. ``tests/test_kernel_truth.py`` checks each backend record's ``violations`` oracle
+against every table present, on any machine: each loud or silent point must be a violation and each
+correct point must not be, unless the table's ``exceptions`` name the point with a reason.
+
+Error metric: ``|got - want| / (2^-8 · |x| |W|^T)`` per element. Argument for GEMM points: ``x`` is rounded
+to bf16 before both run and E2M1 codes times UE8M0 scales are exact in bf16, so the kernel's only
+roundings are fp32 accumulation (``K · 2^-24 <= 2^-12`` relative to the magnitude for ``K <= 4096``)
+and the bf16 output (``<= 2^-8 · |y|``); :data:`GEMM_TOLERANCE` = 2 leaves a factor 2. A misread scale
+group or a misplaced code moves an element by a whole term, ``>= 2^-1`` of its magnitude share.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import json
+import math
+import platform
+import sys
+import traceback
+from collections.abc import Callable, Iterable
+from pathlib import Path
+
+import torch
+
+from adapters import matmul_ogs, triton_kernels
+from reference.formats import MXFP4_BLOCK, Quantized, Ue8m0Byte0, Ue8m0Byte255, mxfp4_dequantize
+from reference.linear import exact_matmul
+
+GEMM_TOLERANCE = 2.0
+"""Largest allowed GEMM error in units of ``2^-8 ·`` magnitude (the module docstring's argument)."""
+SCALE_BYTES = (118, 122)
+"""UE8M0 bytes drawn for weight scales (2^-9 .. 2^-5): the range FlashInfer's and vLLM's MXFP4 tests draw."""
+TOKENS = 16
+EXPERTS = 2
+
+K_SWEEP = (*range(32, 1025, 32), 1440, 2016, 2048, 2880, 2944)
+"""Reduction sizes of the GEMM sweep: every 32-element group count up to 32, and gpt-oss's sizes."""
+N_SWEEP = (32, 64, 96, 128, 160, 192, 224, 256, 320, 512, 2880)
+"""Output sizes of the GEMM sweep (``K = 256``)."""
+PREPARATIONS = {4: "scale groups zero-padded to 4 (vLLM 0.33.0 _swizzle_mxfp4)", 1: "the layout's own padding"}
+"""``groups_to`` of :func:`adapters.matmul_ogs.hopper_weights` the sweep runs, and what each stands for."""
+
+
+def classify(run: Callable[[], tuple[torch.Tensor, torch.Tensor, torch.Tensor]], tolerance: float) -> dict:
+    """Run ``run() -> (got, want, magnitude)`` and classify it (module docstring); the row's ``error`` is the
+    largest ``|got - want| / (2^-8 · magnitude)`` (``inf`` for non-finite output)."""
+    try:
+        got, want, magnitude = run()
+        torch.cuda.synchronize()
+    except Exception as exc:  # noqa: BLE001 - every library error is a loud refusal, recorded by type
+        lines = [line.strip() for line in str(exc).splitlines() if line.strip().strip("^~")]
+        message = next((line for line in lines if "assert" in line.lower()), lines[0] if lines else "")
+        return {"outcome": "loud", "error_type": type(exc).__name__, "message": message[:300]}
+    got = got.cpu().float()
+    if not bool(torch.isfinite(got).all()):
+        return {"outcome": "silent", "error": math.inf}
+    ratio = (got - want).abs() / (2.0**-8 * magnitude).clamp_min(torch.finfo(torch.float32).tiny)
+    error = float(ratio.max())
+    return {"outcome": "correct" if error <= tolerance else "silent", "error": round(error, 4)}
+
+
+def random_mxfp4(g: torch.Generator, e: int, n: int, k: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """Random packed E2M1 codes ``[e, n, k/2]`` and UE8M0 scale bytes ``[e, n, k/32]`` in :data:`SCALE_BYTES`."""
+    codes = torch.randint(0, 256, (e, n, k // 2), generator=g, dtype=torch.uint8)
+    scales = torch.randint(SCALE_BYTES[0], SCALE_BYTES[1] + 1, (e, n, k // MXFP4_BLOCK), generator=g, dtype=torch.uint8)
+    return codes, scales
+
+
+def gemm_point(k: int, n: int, groups_to: int, seed: int = 0) -> dict:
+    """One GEMM point: ``x [E, M, K] · W[e]^T`` through :func:`adapters.matmul_ogs.batched_gemm`."""
+    g = torch.Generator().manual_seed(seed)
+    codes, scales = random_mxfp4(g, EXPERTS, n, k)
+    x = torch.randn(EXPERTS, TOKENS, k, generator=g).to(torch.bfloat16).float()
+    w = mxfp4_dequantize(Quantized(codes, scales), Ue8m0Byte0.POW2, Ue8m0Byte255.NAN)
+
+    def run() -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        prepared = matmul_ogs.hopper_weights(codes, scales, groups_to=groups_to)
+        got = matmul_ogs.batched_gemm(x, prepared)
+        want = torch.stack([exact_matmul(x[e], w[e]) for e in range(EXPERTS)])
+        magnitude = torch.stack([exact_matmul(x[e].abs(), w[e].abs()) for e in range(EXPERTS)])
+        return got, want, magnitude
+
+    return {"k": k, "n": n, "groups_to": groups_to, **classify(run, GEMM_TOLERANCE)}
+
+
+def gemm_points(ks: Iterable[int] = K_SWEEP, ns: Iterable[int] = N_SWEEP) -> list[dict]:
+    """The GEMM sweep: every ``K`` at ``N = 256`` and every ``N`` at ``K = 256``, for each preparation."""
+    grid = sorted({(k, 256) for k in ks} | {(256, n) for n in ns})
+    return [gemm_point(k, n, groups_to) for groups_to in PREPARATIONS for k, n in grid]
+
+
+def versions() -> dict[str, str]:
+    """Versions of what ran: Python, torch, CUDA, Triton, and where triton_kernels came from."""
+    import triton
+
+    tk = matmul_ogs.package()
+    found = {"python": platform.python_version(), "torch": torch.__version__, "cuda": str(torch.version.cuda)}
+    found["triton"] = triton.__version__
+    found["triton_kernels"] = f"{tk.name} ({tk.path})"
+    try:
+        import vllm
+
+        found["vllm"] = vllm.__version__
+    except ImportError:
+        pass
+    return found
+
+
+KERNELS = {"triton-kernels-sm90": gemm_points}
+"""Kernels this command can sweep, by their backend record's name."""
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m bench.kernel_truth", description=__doc__.splitlines()[0])
+    parser.add_argument("--kernel", choices=sorted(KERNELS), required=True)
+    parser.add_argument("--out", type=Path, required=True, help="folder the table is written to")
+    args = parser.parse_args(argv)
+    if not torch.cuda.is_available():
+        parser.error("needs a GPU: a truth table records what a kernel does on real hardware")
+    major, minor = torch.cuda.get_device_capability(0)
+    arch = f"sm{major}{minor}"
+    started = datetime.datetime.now(datetime.timezone.utc)
+    points = KERNELS[args.kernel]()
+    table = {
+        "kernel": args.kernel,
+        "hardware": f"{torch.cuda.get_device_name(0)} ({arch})",
+        "versions": versions(),
+        "date": started.date().isoformat(),
+        "command": "python -m bench.kernel_truth " + " ".join(sys.argv[1:] if argv is None else argv),
+        "tolerance": GEMM_TOLERANCE,
+        "preparations": {str(k): v for k, v in PREPARATIONS.items()},
+        "scale_rule": {
+            "block_k": triton_kernels.HOPPER_BLOCK_K,
+            "layout_align_groups": triton_kernels.HOPPER_SCALE_ALIGN_K,
+        },
+        "points": points,
+    }
+    args.out.mkdir(parents=True, exist_ok=True)
+    path = args.out / f"{args.kernel}.{arch}.json"
+    path.write_text(json.dumps(table, indent=1) + "\n")
+    counts = {o: sum(p["outcome"] == o for p in points) for o in ("correct", "loud", "silent")}
+    print(
+        f"{path}: {len(points)} points, {counts}, {(datetime.datetime.now(datetime.timezone.utc) - started).seconds} s"
+    )
+    return 0
+
+
+if __name__ == "__main__":
+    try:
+        raise SystemExit(main())
+    except KeyboardInterrupt:
+        traceback.print_exc()
+        raise SystemExit(130) from None
