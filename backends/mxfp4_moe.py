@@ -197,16 +197,16 @@ on padded and unpadded weights each obey the bound, so they differ by at most ``
 TRITON_SM90_METRIC = "error / (2^-8 · magnitude)"
 TRITON_SM90_TOLERANCE = 4.0
 """Largest allowed ``|kernel - reference| / (2^-8 · M)`` for triton_kernels' ``matmul_ogs`` MoE, ``M`` =
-:func:`reference.moe.moe_magnitude` with the expert biases.
+:func:`reference.moe.moe_fused_magnitude` with the expert biases.
 
-Argument (first order in ``u = 2^-8``; fp32 accumulation, ``K·2^-24 <= 2^-12`` relative, is negligible). The
-reference is exact in the kernel's inputs: ``x`` is rounded to bf16 before both run, E2M1 codes times UE8M0
-scales are exact in bf16, biases and routing weights are fp32 (the kernel's top-k softmax over fp32 logits
-differs from the reference's by ``~2^-23``). The kernel keeps FC1's output and the fused SwiGLU in fp32
-(``_swiglu_fn`` upcasts) and rounds to bf16 (i) the activation it stores for FC2, moving ``out`` by at most
-``u·M`` (``|act| <= G·(U + β)``), (ii) each routed slot's FC2 output and (iii) the top-k sum (``u·M`` each).
-Total ``3·u·M``; 4 leaves room for second-order terms. A mispaired gate/up row or a misread scale group
-moves an output by a whole term, tens of units (``backends/truth``: 10 to 225)."""
+Argument (first order in ``u = 2^-8``). The reference is exact in the kernel's inputs: ``x`` is rounded to
+bf16 before both run, E2M1 codes times UE8M0 scales are exact in bf16, biases and routing weights are fp32
+(the kernel's top-k softmax over fp32 logits differs from the reference's by ``~2^-23``). The kernel keeps
+FC1's output and the fused SwiGLU in fp32 (``_swiglu_fn`` upcasts; fp32 accumulation is the ``γ`` term of
+``M``) and rounds to bf16 (i) the activation it stores for FC2, (ii) each routed slot's FC2 output and
+(iii) the top-k sum, ``u·M`` each; FC2's fp32 accumulation adds ``I·2^-24 <= 2^-12`` relative. Total
+``3·u·M``; 4 leaves room for second-order terms. An odd 32-group K or a misread scale group moves an
+output by tens of units (``backends/truth``: 10 to 225 on single GEMMs)."""
 
 
 @dataclass(frozen=True, kw_only=True)

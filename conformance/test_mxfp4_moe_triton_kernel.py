@@ -14,11 +14,15 @@ along FC2's K is silently wrong on Hopper) and ``bad-triton-hopper-scale-k`` (H 
 Draws whose GEMMs have ``N <= 128`` output columns are rejected: the kernel refuses them at compile
 time (:data:`adapters.triton_kernels.REFUSED_OUTPUT_WIDTH`), a loud refusal no padding rule avoids.
 
-Runs on an SM90 GPU with triton_kernels (its own package or vLLM's vendored copy); skips otherwise.
+Runs on an SM90 GPU with triton_kernels (its own package or vLLM's vendored copy); skips otherwise. The
+run's example count, largest error and further-padding pairs are written to
+``<results>/mxfp4_moe_triton_kernel[-<worker>].json``.
 """
 
 from __future__ import annotations
 
+import json
+import os
 from dataclasses import dataclass, replace
 
 import pytest
@@ -32,9 +36,10 @@ from backends.mxfp4_moe import CONTRACT, TRITON_SM90_METRIC, Mxfp4MoeBackend
 from conformance.moe_checks import align_checked, normalized_error
 from contracts.moe import MoeAlignment, pad_moe, relayout_moe
 from harness.properties import check, record_event, record_target
+from harness.runner import RUN_STATE
 from reference.formats import MXFP4_BLOCK
 from reference.layouts import Fc1Layout
-from reference.moe import GateUpOrder, moe_magnitude, moe_reference, route
+from reference.moe import GateUpOrder, moe_fused_magnitude, moe_reference, route
 from reference.padding import pad_dim
 from strategies.catalog import GPT_OSS
 from strategies.config import Config
@@ -46,6 +51,8 @@ pytestmark = [pytest.mark.contract(CONTRACT)]
 BF16_UNIT_ROUNDOFF = 2.0**-8
 EXTRA = 128
 """Further padding drawn on top of the policy's, per size (0 or this)."""
+OBSERVED: list[dict[str, object]] = []
+"""One row per example run in this process (written out at module teardown)."""
 
 
 @dataclass(frozen=True)
@@ -95,6 +102,7 @@ def real_biases(shape: MoeShape, weights) -> tuple[torch.Tensor, torch.Tensor]:
     pins=REGRESSIONS,
     backends=[Mxfp4MoeBackend.TRITON_SM90],
     kernel=True,
+    fixtures=["observed_errors"],
 )
 def check_matmul_ogs_kernel(case: TritonKernelCase, backend: Mxfp4MoeBackend, policy: MoeAlignment) -> None:
     """matmul_ogs on the policy's (further padded) experts matches the unpadded-layer reference, and the
@@ -113,7 +121,7 @@ def check_matmul_ogs_kernel(case: TritonKernelCase, backend: Mxfp4MoeBackend, po
     w13, w2 = dequantize_moe(real_channels(weights, True, shape.real_intermediate), layer.w13_decode, layer.w2_decode)
     b13, b2 = real_biases(shape, weights)
     want = moe_reference(x, w13, w2, routing, ids, shape.activation, GateUpOrder.UP_GATE, b13, b2)
-    magnitude = moe_magnitude(x, w13, w2, routing, ids, shape.activation, GateUpOrder.UP_GATE, b13, b2)
+    magnitude = moe_fused_magnitude(x, w13, w2, routing, ids, shape.activation, GateUpOrder.UP_GATE, b13, b2)
 
     run, tolerance = record(backend).kernel, record(backend).tolerances[TRITON_SM90_METRIC]
 
@@ -123,6 +131,13 @@ def check_matmul_ogs_kernel(case: TritonKernelCase, backend: Mxfp4MoeBackend, po
     got = kernel(aligned.weights, aligned.hidden_size)
     error = normalized_error(got, want, BF16_UNIT_ROUNDOFF * magnitude)
     record_target(error, label="kernel error / (2^-8 * magnitude)")
+    OBSERVED.append(
+        {
+            "config": case.to_dict(),
+            "error": error,
+            "further": (ip, hp) != (aligned.intermediate_size, aligned.hidden_size),
+        }
+    )
     assert error <= tolerance, (
         f"matmul_ogs on the policy's experts (I {shape.intermediate} -> {aligned.intermediate_size}, H {shape.hidden} "
         f"-> {aligned.hidden_size}) is {error:.3g} x 2^-8 x magnitude from the reference (allowed {tolerance}); "
@@ -131,7 +146,30 @@ def check_matmul_ogs_kernel(case: TritonKernelCase, backend: Mxfp4MoeBackend, po
     if (ip, hp) != (aligned.intermediate_size, aligned.hidden_size):
         further = kernel(pad_moe(aligned.weights, True, ip, hp).weights, hp)
         record_event("further padding: bit-identical" if torch.equal(further, got) else "further padding: differs")
+        OBSERVED[-1]["bit_identical"] = torch.equal(further, got)
         assert torch.equal(further, got), (
             f"padding I {aligned.intermediate_size} -> {ip}, H {aligned.hidden_size} -> {hp} moved the kernel output "
             f"by {normalized_error(further, got, BF16_UNIT_ROUNDOFF * magnitude):.3g} x 2^-8 x magnitude"
         )
+
+
+@pytest.fixture(scope="module")
+def observed_errors(request: pytest.FixtureRequest):
+    """Collect the run's rows; afterwards write the example count and the largest error to the results folder."""
+    OBSERVED.clear()
+    yield
+    if not OBSERVED:
+        return
+    worst = max(OBSERVED, key=lambda r: float(r["error"]))
+    summary = {
+        "examples": len(OBSERVED),
+        "tolerance": record(Mxfp4MoeBackend.TRITON_SM90).tolerances[TRITON_SM90_METRIC],
+        "worst_error": worst,
+        "further_padding_pairs": sum(bool(r["further"]) for r in OBSERVED),
+        "bit_identical_pairs": sum(bool(r.get("bit_identical")) for r in OBSERVED),
+    }
+    results = request.config.stash[RUN_STATE].results
+    results.mkdir(parents=True, exist_ok=True)
+    worker = os.environ.get("PYTEST_XDIST_WORKER")
+    name = f"mxfp4_moe_triton_kernel{'-' + worker if worker else ''}.json"
+    (results / name).write_text(json.dumps(summary, indent=2))

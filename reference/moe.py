@@ -189,3 +189,43 @@ def moe_magnitude(
         y = exact_matmul(gate * (up + beta), w2[expert].abs())
         per_slot[tok, slot] = y if w2_bias is None else y + w2_bias[expert].abs()
     return weighted_sum(weights, per_slot)
+
+
+def moe_fused_magnitude(
+    x: torch.Tensor,
+    w13: torch.Tensor,
+    w2: torch.Tensor,
+    weights: torch.Tensor,
+    ids: torch.Tensor,
+    act: Activation,
+    order: GateUpOrder,
+    w13_bias: torch.Tensor | None = None,
+    w2_bias: torch.Tensor | None = None,
+) -> torch.Tensor:
+    """Rounding-error scale of a gated MoE layer whose kernel keeps FC1 and the activation in fp32 and rounds the
+    activation it stores: ``M[t] = Σ_j w[t,j] · (|W2[e]| A_e + |b2[e]|)``, ``e = ids[t, j]``, with
+
+    ``A = |act(gate, up)| + γ·(1.13·(U + β)·G + G·U)``, ``γ = H·2^-24``,
+
+    ``act`` on the exact FC1 outputs, ``G``, ``U`` the absolute bounds of :func:`moe_magnitude` (biases
+    included). ``γ·|x||W|^T`` bounds fp32 accumulation over ``H`` terms, and the activation's slopes
+    (:func:`moe_magnitude`) carry it to ``act``; so ``A`` bounds what the stored activation may hold before its
+    rounding, and rounding it, each slot's FC2 output and the top-k sum to a format of unit roundoff ``u``
+    moves ``out[t]`` by at most about ``3·u·M[t]``. Unlike :func:`moe_magnitude` it follows the real
+    activation, not its absolute bound: random weights make ``|x||W|^T`` hundreds of times ``|x W^T|``, so a
+    wrong FC2 input would otherwise hide inside the bound. Same shapes as :func:`moe_reference`; fp32 ``[T, H]``.
+    """
+    if not act.gated:
+        raise ValueError(f"moe_fused_magnitude is derived for gated activations only, not {act}")
+    beta = act.beta if act.kind is ActivationKind.SWIGLU_OAI else 0.0
+    gamma = x.shape[1] * 2.0**-24
+    per_slot = torch.zeros(*ids.shape, x.shape[1], dtype=torch.float32, device=x.device)
+    for expert, tok, slot in routed_experts(ids):
+        hid, bound = exact_matmul(x[tok], w13[expert]), exact_matmul(x[tok].abs(), w13[expert].abs())
+        if w13_bias is not None:
+            hid, bound = hid + w13_bias[expert], bound + w13_bias[expert].abs()
+        g, u = split_gate_up(bound, order)
+        a = activate(hid, act, order).abs() + gamma * (1.13 * (u + beta) * g + g * u)
+        y = exact_matmul(a, w2[expert].abs())
+        per_slot[tok, slot] = y if w2_bias is None else y + w2_bias[expert].abs()
+    return weighted_sum(weights, per_slot)

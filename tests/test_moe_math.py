@@ -31,7 +31,17 @@ from hypothesis import strategies as st
 from reference.errors import ShapeContractError
 from reference.formats import MxScaleRounding, mxfp4_dequantize, mxfp4_quantize
 from reference.linear import exact_matmul, lsb_exponent, mxfp4_linear, order_free, sequential_matmul
-from reference.moe import Activation, ActivationKind, GateUpOrder, activate, moe_reference, route, split_gate_up
+from reference.moe import (
+    Activation,
+    ActivationKind,
+    GateUpOrder,
+    activate,
+    moe_fused_magnitude,
+    moe_magnitude,
+    moe_reference,
+    route,
+    split_gate_up,
+)
 
 ACTIVATIONS = (
     Activation(ActivationKind.SWIGLU),
@@ -367,3 +377,23 @@ def test_moe_reference_shape_errors() -> None:
         with pytest.raises(ShapeContractError) as info:
             call()
         assert str(info.value), name
+
+
+@given(seed=st.integers(0, 2**16), tokens=st.integers(1, 4), experts=st.integers(1, 3))
+def test_fused_magnitude_bounds_output_and_perturbed_activations(seed: int, tokens: int, experts: int) -> None:
+    """``moe_fused_magnitude`` bounds ``|out|`` and the effect of rounding the activation to bf16 (the kernel's
+    first rounding), and is tighter than the absolute bound ``moe_magnitude`` on random weights."""
+    g = torch.Generator().manual_seed(seed)
+    h, i = 64, 32
+    act = Activation(ActivationKind.SWIGLU_OAI)
+    x = torch.randn(tokens, h, generator=g)
+    w13, w2 = torch.randn(experts, 2 * i, h, generator=g) / 8, torch.randn(experts, h, i, generator=g) / 8
+    b13, b2 = torch.randn(experts, 2 * i, generator=g), torch.randn(experts, h, generator=g)
+    weights, ids = route(torch.randn(tokens, experts, generator=g), min(2, experts))
+    args = (x, w13, w2, weights, ids, act, GateUpOrder.GATE_UP)
+    out = moe_reference(*args, b13, b2)
+    fused = moe_fused_magnitude(*args, b13, b2)
+    assert bool((out.abs() <= fused * (1 + 1e-6)).all())
+    assert bool((fused <= moe_magnitude(*args, b13, b2) * (1 + 1e-6)).all())
+    rounded = moe_reference(*args, b13, b2, requantize=lambda a: a.to(torch.bfloat16).float())
+    assert bool(((rounded - out).abs() <= 2.0**-8 * fused * (1 + 1e-6)).all())
