@@ -16,6 +16,7 @@ from pathlib import Path
 
 from adapters import triton_kernels as tk
 from backends import record
+from backends.mxfp4_linear import AiterLinearPath
 from backends.mxfp4_moe import Mxfp4MoeBackend
 
 TABLES = Path(__file__).parent / "truth"
@@ -44,7 +45,17 @@ def _triton_sm90(point: Point) -> list[str]:
     return violations(tk.contract_k(k, stored) if groups_to > 1 else k, 2 * tk.HOPPER_BLOCK_K, 2)
 
 
-ORACLES: dict[str, Callable[[Point], list[str]]] = {Mxfp4MoeBackend.TRITON_SM90.value: _triton_sm90}
+def _aiter_triton(point: Point) -> list[str]:
+    """An AITER ``gemm_afp4wfp4`` point (``n``, ``k``, ``m``) through the ``aiter-triton`` record's ``accepts``
+    (the weight-scale shape ``(N, K/32)``)."""
+    shape = (int(point["n"]), int(point["k"]) // 32)
+    return [] if record(AiterLinearPath.TRITON).accepts(shape) else [f"aiter-triton does not accept scale {shape}"]
+
+
+ORACLES: dict[str, Callable[[Point], list[str]]] = {
+    Mxfp4MoeBackend.TRITON_SM90.value: _triton_sm90,
+    AiterLinearPath.TRITON.value: _aiter_triton,
+}
 """Per kernel, its record's violations for one measured point (empty: the record calls it fine)."""
 
 EXCEPTIONS = (

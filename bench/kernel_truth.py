@@ -23,6 +23,7 @@ group or a misplaced code moves an element by a whole term, ``>= 2^-1`` of its m
 from __future__ import annotations
 
 import argparse
+import contextlib
 import datetime
 import json
 import math
@@ -34,8 +35,19 @@ from pathlib import Path
 
 import torch
 
-from adapters import matmul_ogs, triton_kernels
-from reference.formats import MXFP4_BLOCK, Quantized, Ue8m0Byte0, Ue8m0Byte255, mxfp4_dequantize
+from adapters import aiter_triton, matmul_ogs
+from backends import record
+from backends.mxfp4_linear import AiterLinearPath
+from contracts.errors import LibraryUnavailable
+from reference.formats import (
+    MXFP4_BLOCK,
+    MxScaleRounding,
+    Quantized,
+    Ue8m0Byte0,
+    Ue8m0Byte255,
+    mxfp4_dequantize,
+    mxfp4_quantize,
+)
 from reference.linear import exact_matmul
 
 GEMM_TOLERANCE = 2.0
@@ -101,14 +113,50 @@ def gemm_points(ks: Iterable[int] = K_SWEEP, ns: Iterable[int] = N_SWEEP) -> lis
     return [gemm_point(k, n, groups_to) for groups_to in PREPARATIONS for k, n in grid]
 
 
+AITER_SIZES = (32, 64, 96, 160, 320, 640, 2880)
+"""``N`` and ``K`` of the AITER sweep: single and odd scale groups, the shared-expert widths of the seed bug."""
+AITER_TOKENS = (1, 16, 64)
+"""``M`` of the AITER sweep: its split-K configs differ by ``M`` (``adapters.aiter_triton.gemm_config``)."""
+
+
+def aiter_point(n: int, k: int, m: int, seed: int = 0) -> dict:
+    """One AITER ``gemm_afp4wfp4`` point on CUDA as vLLM's Triton fallback calls it (the record's ``on_cuda``
+    kernel), with the reference-quantized MXFP4 activation, against the record's per-element bound."""
+    kernel = record(AiterLinearPath.TRITON).on_cuda
+    g = torch.Generator().manual_seed(seed)
+    codes, scales = random_mxfp4(g, 1, n, k)
+    q = mxfp4_quantize(torch.randn(m, k, generator=g), MxScaleRounding.EVEN)
+    x = mxfp4_dequantize(q, Ue8m0Byte0.POW2, Ue8m0Byte255.NAN)
+    w = mxfp4_dequantize(Quantized(codes[0], scales[0]), Ue8m0Byte0.POW2, Ue8m0Byte255.NAN)
+
+    def run() -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        act = aiter_triton.Mxfp4Device(q.packed.cuda(), q.scales.cuda())
+        got = kernel.gemm(act, codes[0], scales[0].T.contiguous()).float()
+        exact = exact_matmul(x, w)
+        bound = kernel.tolerance(exact, exact_matmul(x.abs(), w.abs()), k, kernel.splits(m))
+        return got, exact, bound * 2.0**8  # classify() divides by 2^-8 · magnitude: the bound itself
+
+    return {"n": n, "k": k, "m": m, **classify(run, 1.0)}
+
+
+def aiter_points() -> list[dict]:
+    """The AITER sweep: every ``(N, K)`` of :data:`AITER_SIZES` at every ``M`` of :data:`AITER_TOKENS`."""
+    return [aiter_point(n, k, m) for m in AITER_TOKENS for n in AITER_SIZES for k in AITER_SIZES]
+
+
 def versions() -> dict[str, str]:
     """Versions of what ran: Python, torch, CUDA, Triton, and where triton_kernels came from."""
     import triton
 
-    tk = matmul_ogs.package()
     found = {"python": platform.python_version(), "torch": torch.__version__, "cuda": str(torch.version.cuda)}
     found["triton"] = triton.__version__
-    found["triton_kernels"] = f"{tk.name} ({tk.path})"
+    try:
+        tk = matmul_ogs.package()
+        found["triton_kernels"] = f"{tk.name} ({tk.path})"
+    except LibraryUnavailable:
+        pass
+    with contextlib.suppress(LibraryUnavailable):
+        found["amd-aiter"] = aiter_triton.install().version
     try:
         import vllm
 
@@ -118,8 +166,9 @@ def versions() -> dict[str, str]:
     return found
 
 
-KERNELS = {"triton-kernels-sm90": gemm_points}
-"""Kernels this command can sweep, by their backend record's name."""
+KERNELS = {"triton-kernels-sm90": (gemm_points, GEMM_TOLERANCE), "aiter-triton": (aiter_points, 1.0)}
+"""Kernels this command can sweep, by their backend record's name: the sweep and its tolerance (units of
+``2^-8`` magnitude; AITER's points are judged by its record's own per-element bound, so 1 means within it)."""
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -132,19 +181,17 @@ def main(argv: list[str] | None = None) -> int:
     major, minor = torch.cuda.get_device_capability(0)
     arch = f"sm{major}{minor}"
     started = datetime.datetime.now(datetime.timezone.utc)
-    points = KERNELS[args.kernel]()
+    sweep, tolerance = KERNELS[args.kernel]
+    points = sweep()
+    notes = {"preparations": {str(k): v for k, v in PREPARATIONS.items()}} if sweep is gemm_points else {}
     table = {
         "kernel": args.kernel,
         "hardware": f"{torch.cuda.get_device_name(0)} ({arch})",
         "versions": versions(),
         "date": started.date().isoformat(),
         "command": "python -m bench.kernel_truth " + " ".join(sys.argv[1:] if argv is None else argv),
-        "tolerance": GEMM_TOLERANCE,
-        "preparations": {str(k): v for k, v in PREPARATIONS.items()},
-        "scale_rule": {
-            "block_k": triton_kernels.HOPPER_BLOCK_K,
-            "layout_align_groups": triton_kernels.HOPPER_SCALE_ALIGN_K,
-        },
+        "tolerance": tolerance,
+        **notes,
         "points": points,
     }
     args.out.mkdir(parents=True, exist_ok=True)
