@@ -150,11 +150,8 @@ def versions() -> dict[str, str]:
 
     found = {"python": platform.python_version(), "torch": torch.__version__, "cuda": str(torch.version.cuda)}
     found["triton"] = triton.__version__
-    try:
-        tk = matmul_ogs.package()
-        found["triton_kernels"] = f"{tk.name} ({tk.path})"
-    except LibraryUnavailable:
-        pass
+    with contextlib.suppress(LibraryUnavailable):
+        found["triton_kernels"] = matmul_ogs.package().name
     with contextlib.suppress(LibraryUnavailable):
         found["amd-aiter"] = aiter_triton.install().version
     try:
@@ -175,6 +172,7 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m bench.kernel_truth", description=__doc__.splitlines()[0])
     parser.add_argument("--kernel", choices=sorted(KERNELS), required=True)
     parser.add_argument("--out", type=Path, required=True, help="folder the table is written to")
+    parser.add_argument("--origin", default="", help="where the libraries came from, kept in the table's versions")
     args = parser.parse_args(argv)
     if not torch.cuda.is_available():
         parser.error("needs a GPU: a truth table records what a kernel does on real hardware")
@@ -187,7 +185,7 @@ def main(argv: list[str] | None = None) -> int:
     table = {
         "kernel": args.kernel,
         "hardware": f"{torch.cuda.get_device_name(0)} ({arch})",
-        "versions": versions(),
+        "versions": {**versions(), **({"origin": args.origin} if args.origin else {})},
         "date": started.date().isoformat(),
         "command": "python -m bench.kernel_truth " + " ".join(sys.argv[1:] if argv is None else argv),
         "tolerance": tolerance,
