@@ -232,8 +232,9 @@ def _merge_summary(folder: Path, complete: bool, report: Report) -> int:
     return failed
 
 
-def _merge_junit(folder: Path, run: dict[str, Any], failed: int, report: Report) -> None:
-    """The folder's JUnit files; the one ``run.json`` names must be there, and failures need one."""
+def _merge_junit(folder: Path, run: dict[str, Any], complete: bool, failed: int, report: Report) -> None:
+    """The folder's JUnit files; the one a finished run names in ``run.json`` must be there, and
+    counted failures need one."""
     host = run.get("host", folder.name)
     read = 0
     for path in sorted(folder.glob("*.xml")):
@@ -247,7 +248,7 @@ def _merge_junit(folder: Path, run: dict[str, Any], failed: int, report: Report)
             fixed = any(m in failure.message for m in FIXED_MARKERS)
             (report.fixed if fixed else report.failures).append(failure)
     named = run.get("junitxml")
-    if named and not Path(named).is_absolute() and not (folder / named).exists():
+    if complete and named and not Path(named).is_absolute() and not (folder / named).exists():
         report.problems.append(f"{folder}: the JUnit file the run wrote ({named}) is missing")
     if failed and not read:
         report.problems.append(f"{folder}: summary.json counts {failed} failed but no JUnit XML gives their details")
@@ -280,7 +281,7 @@ def _merge_folder(folder: Path, report: Report) -> None:
         expected = _load(path, report)
         if isinstance(expected, dict):
             report.expected.update(expected)
-    _merge_junit(folder, run, failed, report)
+    _merge_junit(folder, run, complete, failed, report)
 
 
 def shard_problems(runs: Sequence[dict[str, Any]]) -> list[str]:
@@ -377,7 +378,7 @@ def to_markdown(report: Report) -> str:
         versions = ", ".join(f"{k} {v}" for k, v in run.get("versions", {}).items())
         out.append(
             f"- {run.get('host', '?')}: shard {run.get('shard') or 'all'}, subject {run.get('subject', '?')}, "
-            f"profile {run.get('profile', '?')}, finished {run.get('finished', '?')} ({versions})"
+            f"profile {run.get('profile', '?')}, finished {run.get('finished') or 'never'} ({versions})"
         )
     for d in report.devices:
         out.append(
