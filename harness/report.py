@@ -194,12 +194,9 @@ def _merge_crashes(folder: Path, run: dict[str, Any], report: Report) -> None:
     report.problems += unreadable
     host = run.get("host", folder.name)
     for nodeid, data in found.items():
-        report.failures.append(
-            Failure(nodeid, host, CRASHED, reproduce=data.get("command"), contract=data.get("contract"),
-                    backend=data.get("backend"))
-        )  # fmt: skip
-        key = (str(data.get("contract") or "?"), str(data.get("backend") or "-"))
-        key += (str(data.get("hardware") or run.get("hardware") or "?"),)
+        contract, backend = data.get("contract"), data.get("backend")
+        report.failures.append(Failure(nodeid, host, CRASHED, None, data.get("command"), contract, backend))
+        key = (str(contract or "?"), str(backend or "-"), str(data.get("hardware") or run.get("hardware") or "?"))
         report.matrix.setdefault(key, Counter())["failed"] += 1
         report.skip_reasons.setdefault(key, Counter())
 
