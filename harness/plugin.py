@@ -13,8 +13,13 @@ Options (``pytest --help``, group "fp4-conformance"):
   fleet; :mod:`harness.database`), ``--fp4-db-readonly`` to replay a shared one without writing;
   a database that cannot be used is a usage error.
 * ``--shard INDEX/COUNT``: run one deterministic slice of the collected tests (:mod:`harness.shard`).
-* ``--results DIR``: where reproduction scripts and the summary are written (``results``); it
-  must be writable, checked before the first test.
+* ``--results DIR``: where reproduction scripts, the summary and the run's records are written
+  (``results``); it must be writable, checked before the first test. One run at a time: the run
+  locks the folder, and a second run given the same folder is a usage error before its first
+  test (:func:`harness.records.lock`). The run marks the folder ``running`` at its start,
+  rewrites ``summary.json`` after every test, records the test each process is running under
+  ``inflight/``, and marks the folder ``complete`` at its end (:mod:`harness.records`), so a
+  crashed, killed or hung run leaves a failing record naming the test it died in.
 * ``--example-time-limit SECONDS``: per-example time limit (default: the profile's,
   :data:`harness.profiles.TIME_LIMITS`; 0 turns it off).
 
@@ -33,17 +38,17 @@ from __future__ import annotations
 import dataclasses
 import json
 import os
+import shlex
 from collections import Counter, defaultdict
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import IO, Any
 
 import pytest
 from hypothesis import settings
 
-from harness import database, devices, hardware, profiles, repro, runner, shard
+from harness import database, devices, hardware, profiles, records, repro, runner, shard
 from harness.inputs import guard_inputs
-from harness.report import run_record
 from strategies.catalog import MODELS, TP_DEGREES
 from strategies.pins import Pin, set_pin
 
@@ -59,7 +64,12 @@ MARKERS = {
 @dataclass
 class Session:
     """The plugin's per-process state (``config.stash[SESSION]``), registered as a plugin object
-    so that it counts every report (on the xdist controller, the workers' reports too)."""
+    so that it counts every report (on the xdist controller, the workers' reports too).
+
+    On the controller (the process that owns the results folder) ``lock`` holds the folder,
+    ``record`` is the run's ``run.json`` and ``summary.json`` is rewritten after every counted
+    report; ``moved`` is where an earlier unfinished run's records went (:func:`records.start`).
+    """
 
     subject: Any
     results: Path
@@ -68,6 +78,9 @@ class Session:
     shard: tuple[int, int] | None = None
     summary: dict[tuple[str, str, str], Counter] = field(default_factory=lambda: defaultdict(Counter))
     skips: dict[tuple[str, str, str], Counter] = field(default_factory=lambda: defaultdict(Counter))
+    lock: IO[str] | None = None
+    record: dict[str, Any] | None = None
+    moved: Path | None = None
 
     def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
         """Count the outcome per (contract, backend, hardware), and the skip reasons."""
@@ -82,6 +95,8 @@ class Session:
         if report.skipped and not hasattr(report, "wasxfail"):
             reason = report.longrepr[2] if isinstance(report.longrepr, tuple) else str(report.longrepr)
             self.skips[key][reason.removeprefix("Skipped: ")] += 1
+        if self.record is not None:
+            records.write_json(self.results / records.SUMMARY, summary_rows(self))
 
 
 SESSION = pytest.StashKey[Session]()
@@ -186,6 +201,11 @@ def pytest_configure(config: pytest.Config) -> None:
         profiles.check_writable_folder(results)
     except OSError as exc:
         raise _usage(f"--results {str(results)!r} is not a writable folder: {exc}") from None
+    controller = not hasattr(config, "workerinput")
+    try:
+        lock = records.lock(results) if controller else None
+    except records.ResultsBusy as exc:
+        raise _usage(str(exc)) from None
     limit = config.getoption("example_time_limit")
     limit = profiles.TIME_LIMITS[name] if limit is None else limit
     state = runner.RunState(
@@ -196,20 +216,49 @@ def pytest_configure(config: pytest.Config) -> None:
         time_limit=limit or None,
     )
     config.stash[runner.RUN_STATE] = state
-    config.stash[SESSION] = Session(subject, results, pin, name, shard_spec)
-    config.pluginmanager.register(config.stash[SESSION], "fp4-session")
+    config.stash[SESSION] = session = Session(subject, results, pin, name, shard_spec, lock=lock)
+    config.pluginmanager.register(session, "fp4-session")
     runner.activate(state)
-    if not hasattr(config, "workerinput"):  # the controller clears the last run's per-process records
-        for stale in [*results.glob("device-*.json"), *results.glob("stats-*.json"), *results.glob("expected-*.json")]:
-            stale.unlink()
-        for stale in (results / "inflight").glob("*.json"):
-            stale.unlink()
-        repro.clean_scripts(results, subject_spec)
+    if controller:
+        _start_run(config, session)
+
+
+def _start_run(config: pytest.Config, session: Session) -> None:
+    """Controller: mark the folder running (:func:`records.start`), then clear the last run's records.
+
+    ``run.json`` says ``running`` before anything of the earlier run is removed, so no moment
+    of the run shows the earlier run's records as the folder's result. The JUnit file is
+    recorded relative to the folder when it is written inside it (the report then requires it).
+    """
+    results = session.results
+    xml = config.getoption("xmlpath", None)
+    if xml:
+        inside = Path(os.path.abspath(xml)).parent == Path(os.path.abspath(results))
+        xml = Path(xml).name if inside else os.path.abspath(xml)
+    session.record = records.run_record(
+        subject=config.getoption("subject"),
+        profile=session.profile,
+        shard=config.getoption("shard"),
+        workers=getattr(config.option, "numprocesses", None),
+        hardware=hardware.machine().describe(),
+        junitxml=xml,
+    )
+    session.moved = records.start(results, session.record)
+    stale = [
+        p for pattern in ("device-*.json", "stats-*.json", "expected-*.json", "*.xml") for p in results.glob(pattern)
+    ]
+    for path in [*stale, *(results / records.INFLIGHT).glob("*.json")]:
+        path.unlink()
+    records.write_json(results / records.SUMMARY, [])
+    repro.clean_scripts(results, config.getoption("subject"))
 
 
 def pytest_unconfigure(config: pytest.Config) -> None:
     if config.stash.get(runner.RUN_STATE, None) is not None:
         runner.activate(None)
+    session = config.stash.get(SESSION, None)
+    if session is not None and session.lock is not None:
+        session.lock.close()  # releases the folder
 
 
 def _load_subject(spec: str) -> Any:
@@ -236,11 +285,14 @@ def pytest_report_header(config: pytest.Config) -> list[str]:
     pin = session.pin
     ep = "drawn" if pin.ep is None else "on" if pin.ep else "off"
     limit = f"{state.time_limit:g} s" if state.time_limit else "off"
-    return [
+    lines = [
         f"fp4: subject {state.subject}, profile {session.profile}, example time limit {limit}, "
         f"results {session.results}",
         f"fp4 pin: model {pin.model or 'any'}, tp {pin.tp or 'any'}, ep {ep}",
     ]
+    if session.moved is not None:
+        lines.append(f"fp4: the last run in {session.results} never finished; its records are in {session.moved}")
+    return lines
 
 
 def _contract(item: pytest.Item) -> str | None:
@@ -352,6 +404,27 @@ def pytest_runtest_setup(item: pytest.Item) -> None:
 
 
 @pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_protocol(item: pytest.Item, nextitem: pytest.Item | None):
+    """In the process running ``item``: record it as in flight (:func:`records.write_test_record`)
+    until its reports are made, so a process that dies in it leaves its node id, contract,
+    backend, hardware and a pytest command behind."""
+    session = item.config.stash[SESSION]
+    props = dict(item.user_properties)
+    command = ["python", "-m", "pytest", item.nodeid, "-p", "no:xdist", "--subject", item.config.getoption("subject")]
+    command += ["--hypothesis-profile", session.profile]
+    path = records.write_test_record(
+        session.results,
+        {
+            "nodeid": item.nodeid,
+            **{k: props.get(k) for k in ("contract", "backend", "hardware")},
+            "command": shlex.join(command),
+        },
+    )
+    yield
+    path.unlink(missing_ok=True)
+
+
+@pytest.hookimpl(hookwrapper=True)
 def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo):
     outcome = yield
     report = outcome.get_result()
@@ -369,17 +442,21 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo):
 
 @pytest.hookimpl(optionalhook=True)
 def pytest_handlecrashitem(crashitem: str, report: pytest.TestReport, sched) -> None:
-    """xdist: a worker died (device fault, hard time limit) running ``crashitem``; attach its in-flight repro."""
+    """xdist: a worker died (device fault, hard time limit) running ``crashitem``: count it under its
+    contract, backend and hardware (from its in-flight record), and attach its reproduction."""
     state = sched.config.stash[runner.RUN_STATE]
-    for path in sorted(state.inflight_dir.glob("*.json")):
-        data = json.loads(path.read_text())
-        if data.get("nodeid") == crashitem:
-            reproduction = repro.parse(data["repro"])
-            script = repro.write_script(state.results, crashitem, reproduction, suffix="crash")
-            report.longrepr = (
-                f"{report.longrepr}\nworker crashed during this example; reproduce: {data['command']}\nscript: {script}"
-            )
-            report.user_properties.append(("reproduce", data["command"]))
+    data = records.inflight(state.results)[0].get(crashitem)
+    if data is None:
+        return
+    report.user_properties += [(k, data[k]) for k in ("contract", "backend", "hardware") if data.get(k) is not None]
+    if "repro" not in data:  # no example of a check was running: the test's own pytest command
+        report.longrepr = f"{report.longrepr}\nworker crashed during this test; reproduce: {data['command']}"
+    else:
+        script = repro.write_script(state.results, crashitem, repro.parse(data["repro"]), suffix="crash")
+        report.longrepr = (
+            f"{report.longrepr}\nworker crashed during this example; reproduce: {data['command']}\nscript: {script}"
+        )
+    report.user_properties.append(("reproduce", data["command"]))
 
 
 def summary_rows(session: Session) -> list[dict[str, object]]:
@@ -410,21 +487,26 @@ def _device_record(worker: str) -> dict[str, object]:
     return record
 
 
-def pytest_sessionfinish(session: pytest.Session) -> None:
-    """Write this process's device record and per-test example statistics (read by ``python -m bench``)."""
+@pytest.hookimpl(trylast=True)
+def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
+    """Write this process's device record and per-test example statistics (read by ``python -m bench``);
+    on the controller, last (after pytest's JUnit file), the final summary and the complete ``run.json``."""
     state = session.config.stash.get(runner.RUN_STATE, None)
     if state is None:
         return
     results = state.results
     results.mkdir(parents=True, exist_ok=True)
-    worker = os.environ.get("PYTEST_XDIST_WORKER", "main")
-    (results / f"device-{worker}.json").write_text(json.dumps(_device_record(worker)))
+    worker = records.worker_name()
+    records.write_json(results / f"device-{worker}.json", _device_record(worker), indent=None)
     if state.expected_failures:
-        (results / f"expected-{worker}.json").write_text(json.dumps(state.expected_failures))
-    if not state.stats:
-        return
-    stats = {node: dataclasses.asdict(s) for node, s in state.stats.items()}
-    (results / f"stats-{worker}.json").write_text(json.dumps(stats, indent=1))
+        records.write_json(results / f"expected-{worker}.json", state.expected_failures, indent=None)
+    if state.stats:
+        stats = {node: dataclasses.asdict(s) for node, s in state.stats.items()}
+        records.write_json(results / f"stats-{worker}.json", stats, indent=1)
+    fp4 = session.config.stash[SESSION]
+    if fp4.record is not None:
+        records.write_json(results / records.SUMMARY, summary_rows(fp4))
+        records.finish(results, fp4.record, exitstatus)
 
 
 def pytest_terminal_summary(terminalreporter, exitstatus: int, config: pytest.Config) -> None:
@@ -433,14 +515,6 @@ def pytest_terminal_summary(terminalreporter, exitstatus: int, config: pytest.Co
     session = config.stash[SESSION]
     rows = summary_rows(session)
     results = session.results
-    results.mkdir(parents=True, exist_ok=True)
-    record = run_record(
-        subject=config.getoption("subject"),
-        profile=session.profile,
-        shard=config.getoption("shard"),
-        workers=getattr(config.option, "numprocesses", None),
-    )
-    (results / "run.json").write_text(json.dumps(record, indent=2))  # also for a shard that ran nothing
     if not rows:
         return
     tr = terminalreporter
@@ -465,4 +539,3 @@ def pytest_terminal_summary(terminalreporter, exitstatus: int, config: pytest.Co
         expected.update(json.loads(path.read_text()))
     for link, n in sorted(expected.items()):
         tr.write_line(f"expected failures (known upstream bug {link}): {n} examples")
-    (results / "summary.json").write_text(json.dumps(rows, indent=2))

@@ -1,10 +1,11 @@
 """One nightly report from many shards: ``python -m harness.report OUT SHARD_DIR [SHARD_DIR ...]``.
 
 Each host of a fleet runs one shard with ``--results SHARD_DIR --junitxml SHARD_DIR/junit.xml``.
-The plugin leaves in ``SHARD_DIR``: ``summary.json`` (contract x backend x hardware outcome
-counts), ``run.json`` (host, shard, subject, profile, versions: :func:`run_record`),
-``device-*.json`` (which GPU each worker was pinned to) and ``expected-*.json`` (expected
-failures per upstream link). This module merges them with the JUnit files into
+The plugin leaves in ``SHARD_DIR`` (:mod:`harness.records`): ``run.json`` (run id, state, host,
+shard, subject, profile, hardware, exit status, versions), ``summary.json`` (contract x backend x
+hardware outcome counts), ``inflight/`` (the test each process was running, left by a process
+that died), ``device-*.json`` (which GPU each worker was pinned to) and ``expected-*.json``
+(expected failures per upstream link). This module merges them with the JUnit files into
 
 * ``OUT/report.md``: Markdown for CI logs;
 * ``OUT/report.html``: one self-contained page (inline CSS, no scripts, no external resources):
@@ -17,6 +18,21 @@ Failures are read from JUnit ``<failure>``/``<error>`` elements: the reproductio
 ``reproduce`` property when the plugin attached one, else the ``reproduce:`` line of the
 failure text; the configuration is the ``config:`` line Hypothesis printed as a note. A failure
 saying that a known upstream bug "no longer fails" is a fixed-bug alert, listed apart.
+
+The gate fails closed: the report is RED (and ``--strict`` exits 1) for any reason
+:meth:`Report.reasons` lists, from every source of truth:
+
+* the matrix counts (``failed``, ``xpassed``), JUnit ``<failure>``/``<error>`` elements and
+  fixed-bug alerts;
+* crash records: a run whose ``run.json`` still says ``running`` was killed, crashed or hangs;
+  each test its processes were running (``inflight/``) is a failure with its reproduction,
+  counted under its contract, backend and hardware;
+* missing or unreadable data: a folder that is absent or empty or has no run record, a run
+  record of no known state, an exit status other than 0 or 1, a missing ``summary.json``, a run
+  that ran no tests, a JUnit file the run recorded that is absent, failures counted without a
+  JUnit file, a truncated JSON or XML file (named; the rest of the report is still written);
+* the set of shards: the same run given twice, runs of different subjects, profiles or shard
+  counts, and per hardware an index of ``COUNT`` (from ``run.json``) absent or given twice.
 """
 
 from __future__ import annotations
@@ -24,10 +40,7 @@ from __future__ import annotations
 import argparse
 import html
 import json
-import platform
-import socket
 import sys
-import time
 import xml.etree.ElementTree as ET
 from collections import Counter
 from collections.abc import Iterable, Sequence
@@ -35,26 +48,13 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
+from harness import records, shard
+
 OUTCOMES = ("passed", "failed", "skipped", "xfailed", "xpassed")
+RED_OUTCOMES = ("failed", "xpassed")
 FIXED_MARKERS = ("no longer fails", "KnownFailureFixed")
-
-
-def run_record(*, subject: str, profile: str, shard: str | None, workers: int | None) -> dict[str, Any]:
-    """What ``run.json`` says about this run: host, time, options and library versions."""
-    versions: dict[str, str] = {"python": platform.python_version()}
-    for name in ("torch", "hypothesis", "flashinfer", "vllm", "sglang", "aiter"):
-        module = sys.modules.get(name)
-        if module is not None and hasattr(module, "__version__"):
-            versions[name] = str(module.__version__)
-    return {
-        "host": socket.gethostname(),
-        "finished": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
-        "subject": subject,
-        "profile": profile,
-        "shard": shard,
-        "workers": workers,
-        "versions": versions,
-    }
+EXIT_STATUS = {2: "interrupted", 3: "internal error", 4: "usage error", 5: "no tests collected"}
+CRASHED = "the process died or hung in this test: no verdict was recorded"
 
 
 @dataclass
@@ -81,12 +81,25 @@ class Report:
     expected: Counter = field(default_factory=Counter)
     runs: list[dict[str, Any]] = field(default_factory=list)
     devices: list[dict[str, Any]] = field(default_factory=list)
+    problems: list[str] = field(default_factory=list)
 
     def totals(self) -> Counter:
         total: Counter = Counter()
         for counts in self.matrix.values():
             total.update(counts)
         return total
+
+    def reasons(self) -> list[str]:
+        """Why the report is RED, one line per reason; empty means GREEN."""
+        total = self.totals()
+        reasons = list(self.problems)
+        if any(total[k] for k in RED_OUTCOMES):
+            reasons.append("matrix counts: " + ", ".join(f"{total[k]} {k}" for k in RED_OUTCOMES if total[k]))
+        if self.failures:
+            reasons.append(f"{len(self.failures)} failing test(s) (JUnit failures and errors, crash records)")
+        if self.fixed:
+            reasons.append(f"{len(self.fixed)} fixed-bug alert(s)")
+        return reasons
 
 
 def _line(text: str, prefix: str) -> str | None:
@@ -133,30 +146,193 @@ def _key(row: dict[str, Any]) -> tuple[str, str, str]:
 
 
 def merge(shard_dirs: Iterable[Path]) -> Report:
-    """Merge the result folders of several shards (or hosts) into one :class:`Report`."""
+    """Merge the result folders of several shards (or hosts) into one :class:`Report`.
+
+    Never raises on bad data: a missing folder, a truncated file or an inconsistent set of
+    shards is recorded in ``problems`` and the rest is still merged.
+    """
     report = Report()
     for folder in shard_dirs:
-        if not folder.is_dir():
-            raise FileNotFoundError(f"{folder} is not a results folder")
-        run = json.loads((folder / "run.json").read_text()) if (folder / "run.json").exists() else {}
-        host = run.get("host", folder.name)
-        report.runs.append({"folder": str(folder), **run})
-        summary = folder / "summary.json"
-        for row in json.loads(summary.read_text()) if summary.exists() else []:
-            key = _key(row)
-            report.matrix.setdefault(key, Counter()).update({k: int(row.get(k, 0)) for k in OUTCOMES})
-            report.skip_reasons.setdefault(key, Counter()).update(row.get("skip_reasons", {}))
-        for path in sorted(folder.glob("device-*.json")):
-            record = json.loads(path.read_text())
-            if record.get("name"):
-                report.devices.append({"host": host, **record})
-        for path in sorted(folder.glob("expected-*.json")):
-            report.expected.update(json.loads(path.read_text()))
-        for path in sorted(folder.glob("*.xml")):
-            for failure in read_junit(path, host):
-                fixed = any(m in failure.message for m in FIXED_MARKERS)
-                (report.fixed if fixed else report.failures).append(failure)
+        _merge_folder(Path(folder), report)
+    report.problems += shard_problems(report.runs)
     return report
+
+
+def _load(path: Path, report: Report) -> Any:
+    """The JSON in ``path``, or None after recording why it cannot be read."""
+    try:
+        return records.read_json(path)
+    except records.RecordError as exc:
+        report.problems.append(str(exc))
+    except OSError as exc:
+        report.problems.append(f"{path}: cannot be read ({exc})")
+    return None
+
+
+def _run_complete(folder: Path, run: dict[str, Any], report: Report) -> bool:
+    """Whether ``run`` (a ``run.json``) is a finished run; records a problem when it is not, or
+    when pytest did not end with 0 (all passed) or 1 (some failed)."""
+    state = run.get("state")
+    if state == records.RUNNING:
+        report.problems.append(
+            f"{folder}: the run started {run.get('started')} on {run.get('host')} (pid {run.get('pid')}) never "
+            "finished: it was killed, crashed or hung (or still runs)"
+        )
+        return False
+    if state != records.COMPLETE:
+        report.problems.append(f"{folder}: run.json records no run state: it cannot be told from a killed run's")
+        return False
+    status = run.get("exitstatus")
+    if status not in (0, 1):
+        report.problems.append(f"{folder}: pytest ended with exit status {status} ({EXIT_STATUS.get(status, '?')})")
+    return True
+
+
+def _merge_crashes(folder: Path, run: dict[str, Any], report: Report) -> None:
+    """A run that did not finish: each test left in flight is a failure, counted under its key."""
+    found, unreadable = records.inflight(folder)
+    report.problems += unreadable
+    host = run.get("host", folder.name)
+    for nodeid, data in found.items():
+        contract, backend = data.get("contract"), data.get("backend")
+        report.failures.append(Failure(nodeid, host, CRASHED, None, data.get("command"), contract, backend))
+        key = (str(contract or "?"), str(backend or "-"), str(data.get("hardware") or run.get("hardware") or "?"))
+        report.matrix.setdefault(key, Counter())["failed"] += 1
+        report.skip_reasons.setdefault(key, Counter())
+
+
+def _merge_summary(folder: Path, complete: bool, report: Report) -> int:
+    """Add ``summary.json``'s rows to the matrix; the number of failed tests it counts."""
+    path = folder / records.SUMMARY
+    if not path.exists():
+        if complete:
+            report.problems.append(f"{path}: missing")
+        return 0
+    rows = _load(path, report)
+    if rows is None:
+        return 0
+    if not isinstance(rows, list):
+        report.problems.append(f"{path}: not a list of matrix rows")
+        return 0
+    if complete and not rows:
+        report.problems.append(f"{folder}: the run ran no tests")
+    failed = 0
+    for row in rows:
+        try:
+            key, counts = _key(row), {k: int(row.get(k, 0)) for k in OUTCOMES}
+        except (KeyError, TypeError, ValueError, AttributeError):
+            report.problems.append(f"{path}: malformed matrix row {row!r}")
+            continue
+        report.matrix.setdefault(key, Counter()).update(counts)
+        report.skip_reasons.setdefault(key, Counter()).update(row.get("skip_reasons", {}))
+        failed += counts["failed"]
+    return failed
+
+
+def _merge_junit(folder: Path, run: dict[str, Any], complete: bool, failed: int, report: Report) -> None:
+    """The folder's JUnit files; the one a finished run names in ``run.json`` must be there, and
+    counted failures need one."""
+    host = run.get("host", folder.name)
+    read = 0
+    for path in sorted(folder.glob("*.xml")):
+        try:
+            found = read_junit(path, host)
+        except ET.ParseError as exc:
+            report.problems.append(f"{path}: truncated or not XML ({exc})")
+            continue
+        read += 1
+        for failure in found:
+            fixed = any(m in failure.message for m in FIXED_MARKERS)
+            (report.fixed if fixed else report.failures).append(failure)
+    named = run.get("junitxml")
+    if complete and named and not Path(named).is_absolute() and not (folder / named).exists():
+        report.problems.append(f"{folder}: the JUnit file the run wrote ({named}) is missing")
+    if failed and not read:
+        report.problems.append(f"{folder}: summary.json counts {failed} failed but no JUnit XML gives their details")
+
+
+def _merge_folder(folder: Path, report: Report) -> None:
+    """Merge one results folder, recording each problem with it."""
+    if not folder.is_dir():
+        report.problems.append(f"{folder}: not a results folder (missing)")
+        return
+    run_path = folder / records.RUN
+    run = _load(run_path, report) if run_path.exists() else None
+    if not run_path.exists():
+        what = "the folder is empty" if not any(folder.iterdir()) else "no run.json"
+        report.problems.append(f"{folder}: no run record ({what}): no run of the suite started here")
+    elif run is not None and not isinstance(run, dict):
+        report.problems.append(f"{run_path}: not a run record")
+    run = run if isinstance(run, dict) else {}
+    report.runs.append({"folder": str(folder), **run})
+    complete = bool(run) and _run_complete(folder, run, report)
+    if not complete:
+        _merge_crashes(folder, run, report)
+    failed = _merge_summary(folder, complete, report)
+    host = run.get("host", folder.name)
+    for path in sorted(folder.glob("device-*.json")):
+        record = _load(path, report)
+        if isinstance(record, dict) and record.get("name"):
+            report.devices.append({"host": host, **record})
+    for path in sorted(folder.glob("expected-*.json")):
+        expected = _load(path, report)
+        if isinstance(expected, dict):
+            report.expected.update(expected)
+    _merge_junit(folder, run, complete, failed, report)
+
+
+def shard_problems(runs: Sequence[dict[str, Any]]) -> list[str]:
+    """What is wrong with a set of run records as one run of the suite: the same run twice, a mix
+    of subjects, profiles or shard counts, and per hardware a shard index absent or given twice
+    (an unsharded run is shard ``0/1``). Folders without a run record are left out (each is a
+    problem already)."""
+    problems: list[str] = []
+    seen: dict[str, str] = {}
+    unique = []
+    for run in runs:
+        if not run.get("run_id"):
+            continue
+        if run["run_id"] in seen:
+            problems.append(f"{run['folder']}: the same run as {seen[run['run_id']]} (given twice)")
+            continue
+        seen[run["run_id"]] = run["folder"]
+        unique.append(run)
+    for name in ("subject", "profile"):
+        values = _folders_by(unique, lambda r, name=name: str(r.get(name)))
+        if len(values) > 1:
+            problems.append(f"runs of different {name}s merged: " + "; ".join(f"{v} ({f})" for v, f in values.items()))
+    placed = []
+    for run in unique:
+        try:
+            index, count = shard.parse_shard(run["shard"]) if run.get("shard") else (0, 1)
+        except ValueError as exc:
+            problems.append(f"{run['folder']}: {exc}")
+            continue
+        placed.append({"folder": run["folder"], "slot": (str(run.get("hardware", "?")), index, count)})
+    slots: dict[tuple[str, int, int], list[str]] = {}
+    for run in placed:
+        slots.setdefault(run["slot"], []).append(run["folder"])
+    counts = _folders_by(placed, lambda r: r["slot"][2])
+    if len(counts) > 1:
+        problems.append("runs of different shard counts merged: " + "; ".join(f"{c} ({f})" for c, f in counts.items()))
+        return problems
+    for (hardware, index, count), folders in sorted(slots.items()):
+        if len(folders) > 1:
+            problems.append(f"shard {index}/{count} on {hardware} given {len(folders)} times: {', '.join(folders)}")
+    for hardware in sorted({k[0] for k in slots}):
+        count = next(k[2] for k in slots if k[0] == hardware)
+        missing = [f"{i}/{count}" for i in range(count) if (hardware, i, count) not in slots]
+        if missing:
+            problems.append(f"missing shard(s) {', '.join(missing)} of {count} (COUNT from run.json) on {hardware}")
+    return problems
+
+
+def _folders_by(runs: Iterable[dict[str, Any]], value: Any) -> dict[Any, str]:
+    """The runs' folders grouped by ``value(run)``, each group as one comma-separated string."""
+    groups: dict[Any, list[str]] = {}
+    for run in runs:
+        groups.setdefault(value(run), []).append(str(run["folder"]))
+    return {k: ", ".join(v) for k, v in groups.items()}
 
 
 def _md_escape(text: object) -> str:
@@ -166,7 +342,9 @@ def _md_escape(text: object) -> str:
 def to_markdown(report: Report) -> str:
     """The report as Markdown (for CI logs)."""
     total = report.totals()
-    out = ["# fp4-conformance nightly report", ""]
+    reasons = report.reasons()
+    out = ["# fp4-conformance nightly report", "", f"**{'RED' if reasons else 'GREEN'}**", ""]
+    out += [f"- {_md_escape(r)}" for r in reasons] + ([""] if reasons else [])
     out.append(
         f"{len(report.runs)} shard(s); " + ", ".join(f"{total.get(k, 0)} {k}" for k in OUTCOMES) + f"; "
         f"{len(report.failures)} failing test(s), {len(report.fixed)} fixed-bug alert(s)."
@@ -197,7 +375,7 @@ def to_markdown(report: Report) -> str:
         versions = ", ".join(f"{k} {v}" for k, v in run.get("versions", {}).items())
         out.append(
             f"- {run.get('host', '?')}: shard {run.get('shard') or 'all'}, subject {run.get('subject', '?')}, "
-            f"profile {run.get('profile', '?')}, finished {run.get('finished', '?')} ({versions})"
+            f"profile {run.get('profile', '?')}, finished {run.get('finished') or 'never'} ({versions})"
         )
     for d in report.devices:
         out.append(
@@ -224,13 +402,14 @@ def to_html(report: Report) -> str:
     """The report as one self-contained HTML page."""
     e = html.escape
     total = report.totals()
-    red = bool(report.failures or report.fixed)
-    badge = ("red", "RED") if red else ("green", "GREEN")
+    reasons = report.reasons()
+    badge = ("red", "RED") if reasons else ("green", "GREEN")
     parts = [
         "<!doctype html><html lang=en><head><meta charset=utf-8>",
         "<title>fp4-conformance nightly report</title>",
         f"<style>{_CSS}</style></head><body>",
         f"<h1>fp4-conformance nightly report <span class='badge {badge[0]}'>{badge[1]}</span></h1>",
+        *([f"<ul>{''.join(f'<li>{e(r)}</li>' for r in reasons)}</ul>"] if reasons else []),
         f"<p>{len(report.runs)} shard(s): "
         + ", ".join(f"{total.get(k, 0)} {k}" for k in OUTCOMES)
         + f". {len(report.failures)} failing test(s), {len(report.fixed)} fixed-bug alert(s), "
@@ -321,6 +500,9 @@ def write(report: Report, out: Path) -> tuple[Path, Path]:
         "expected": dict(report.expected),
         "runs": report.runs,
         "devices": report.devices,
+        "problems": report.problems,
+        "verdict": "RED" if report.reasons() else "GREEN",
+        "reasons": report.reasons(),
     }
     (out / "summary.json").write_text(json.dumps(merged, indent=2))
     return md, page
@@ -330,12 +512,16 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m harness.report", description=__doc__.splitlines()[0])
     parser.add_argument("out", type=Path, help="folder for report.md, report.html and summary.json")
     parser.add_argument("shards", type=Path, nargs="+", help="the --results folders of the shards")
-    parser.add_argument("--strict", action="store_true", help="exit 1 if any shard failed or a known bug is fixed")
+    parser.add_argument(
+        "--strict",
+        action="store_true",
+        help="exit 1 if the report is RED: a failure, a fixed known bug, or missing, unfinished or inconsistent data",
+    )
     args = parser.parse_args(argv)
     report = merge(args.shards)
     md, _ = write(report, args.out)
     sys.stdout.write(md.read_text())
-    return 1 if args.strict and (report.failures or report.fixed) else 0
+    return 1 if args.strict and report.reasons() else 0
 
 
 if __name__ == "__main__":

@@ -23,8 +23,6 @@ from __future__ import annotations
 
 import enum
 import faulthandler
-import json
-import os
 import signal
 import threading
 import time
@@ -39,6 +37,7 @@ from hypothesis import currently_in_test_context, event, note
 from hypothesis.errors import UnsatisfiedAssumption
 
 from contracts.errors import LibraryUnavailable
+from harness import records
 from harness.repro import Reproduction
 
 
@@ -237,10 +236,11 @@ def _time_limit(seconds: float | None, nodeid: str, repro: Reproduction) -> Iter
 
 
 def _write_inflight(state: RunState, nodeid: str, repro: Reproduction) -> Path | None:
+    """Record the example about to run (``inflight/WORKER.json``, atomically: :mod:`harness.records`)."""
     if state.inflight_dir is None:
         return None
     state.inflight_dir.mkdir(parents=True, exist_ok=True)
-    path = state.inflight_dir / f"{os.environ.get('PYTEST_XDIST_WORKER', 'main')}.json"
+    path = state.inflight_dir / f"{records.worker_name()}.json"
     payload = {"nodeid": nodeid, "command": repro.command(), "repro": repro.argv(), "subject": repro.subject}
-    path.write_text(json.dumps(payload))
+    records.write_json(path, payload, indent=None)
     return path

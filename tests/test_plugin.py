@@ -259,8 +259,12 @@ CRASHING_MODULE = """
 import os
 from dataclasses import dataclass
 
+import pytest
+
 from harness.repro import check, run_check  # the names before harness.properties / harness.runner
 from strategies.config import Config
+
+pytestmark = pytest.mark.contract("nvfp4_moe")
 
 
 @dataclass(frozen=True)
@@ -285,7 +289,8 @@ def test_after_the_crash():
 
 @pytest.mark.long(67)
 def test_worker_crash_is_reported_with_its_reproduction(tmp_path: Path) -> None:
-    """A check that kills its xdist worker is that test's failure, with the in-flight reproduction."""
+    """A check that kills its xdist worker is that test's failure, with the in-flight reproduction,
+    counted under the test's contract (from its in-flight record), not under an unknown one."""
     module = tmp_path / "test_crash.py"
     module.write_text(CRASHING_MODULE)
     env = {
@@ -304,6 +309,8 @@ def test_worker_crash_is_reported_with_its_reproduction(tmp_path: Path) -> None:
     assert "1 failed, 1 passed" in out, out[-3000:]
     assert "worker crashed during this example; reproduce: python -m harness.repro" in out, out[-3000:]
     assert list((tmp_path / "results" / "repro" / "builtin").glob("*-crash.py"))
+    rows = json.loads((tmp_path / "results" / "summary.json").read_text())
+    assert [(r["contract"], r["backend"], r["passed"], r["failed"]) for r in rows] == [("nvfp4_moe", "-", 1, 1)]
 
 
 def test_model_pins_select_the_pinned_regressions() -> None:
