@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
 
@@ -40,6 +41,9 @@ from reference.padding import pad_dim
 
 FAST_BUILD_DEFINE = "-DFAST_BUILD"
 FAST_BUILD_SUFFIX = "_fastbuild"
+W4A16_SUFFIX = "_w4a16"
+W4A16_LAUNCHER = "kernelLauncher<__nv_bfloat16, SafeFP4, __nv_bfloat16"
+"""How a generated SM90 mixed-input unit instantiates a BF16 x MXFP4 (W4A16) grouped GEMM."""
 SM90_ARCH = "90"
 SM90_ALIGNMENT = 128
 """The binding checks ``hidden_size % 128`` and ``inter_size % 128`` for MXFP4 weights."""
@@ -69,6 +73,26 @@ def fast_build_spec() -> Any:
     )
 
 
+def is_generated_unit(source: Any) -> bool:
+    """Whether ``source`` is one of FlashInfer's generated CUTLASS instantiation units (not hand-written)."""
+    return str(source).endswith(".generated.cu")
+
+
+def holds_w4a16(source: Any) -> bool:
+    """Whether a generated unit instantiates a W4A16 grouped GEMM (:data:`W4A16_LAUNCHER`)."""
+    return W4A16_LAUNCHER in Path(source).read_text()
+
+
+def w4a16_spec() -> Any:
+    """:func:`fast_build_spec` narrowed to what the W4A16 path launches: the hand-written sources (dispatch,
+    binding, runtime) and only the generated units that instantiate W4A16 GEMMs, named
+    ``<stock name>_fastbuild_w4a16``. The dispatch still names every other instantiation; they stay
+    undefined in the ``.so`` and resolve lazily, so a call that reaches one fails at that call."""
+    base = fast_build_spec()
+    sources = [s for s in base.sources if not is_generated_unit(s) or holds_w4a16(s)]
+    return dataclasses.replace(base, name=base.name + W4A16_SUFFIX, sources=sources)
+
+
 def _require_sm90() -> None:
     cc = fi.cuda_capability()
     if cc != (9, 0):
@@ -82,7 +106,7 @@ def _require_sm90() -> None:
 def _load_prebuilt() -> tuple[str, Any] | str:
     """``(module name, loaded module)``, or the reason there is none (cached either way)."""
     tried = []
-    for spec in (fast_build_spec(), stock_spec()):
+    for spec in (fast_build_spec(), w4a16_spec(), stock_spec()):
         path = spec.get_library_path()
         if not path.exists():
             tried.append(f"{path} (absent)")

@@ -53,13 +53,17 @@ _STATUS = re.compile(r"^\[(\d+)/(\d+)\] ")
 _INT3 = r"cute::Shape<cute::Int<(\d+)>, cute::Int<(\d+)>, cute::Int<(\d+)>>"
 _CTA_CGA = re.compile(f"{_INT3}, {_INT3}")
 _GROUPED = re.compile(r"INSTANTIATE_TMA_WARP_SPECIALIZED_MOE_GEMM\(([^;]*)\);")
-_W4A16 = "kernelLauncher<__nv_bfloat16, SafeFP4, __nv_bfloat16"
+
+from adapters.flashinfer_sm90_moe import W4A16_LAUNCHER  # noqa: E402 - after the project root is on the path
+
+NARROW = False
+"""``--w4a16``: build :func:`adapters.flashinfer_sm90_moe.w4a16_spec` instead of the whole FAST_BUILD spec."""
 
 
 def fast_spec():
-    from adapters.flashinfer_sm90_moe import fast_build_spec
+    from adapters.flashinfer_sm90_moe import fast_build_spec, w4a16_spec
 
-    return fast_build_spec()
+    return w4a16_spec() if NARROW else fast_build_spec()
 
 
 def _kept_under_fast_build(cta_m: int, cta_n: int, cga: tuple[int, ...], dynamic: bool) -> bool:
@@ -85,7 +89,7 @@ def census(sources: Iterable[Path]) -> tuple[dict[str, list[int]], list[str]]:
             kind, n = "sm90 mixed-input grouped (W4A16/W4A8/FP8xFP4)", text.count("template void")
             kept = n
             if any(
-                _W4A16 in inst and "cute::Int<128>, cute::Int<128>, cute::Int<128>>" in inst
+                W4A16_LAUNCHER in inst and "cute::Int<128>, cute::Int<128>, cute::Int<128>>" in inst
                 for inst in text.split("template void")
             ):
                 w4a16_units.append(src.name)
@@ -236,7 +240,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--log", type=Path, help="send all output here (for background runs)")
     parser.add_argument("--result", type=Path, help="JSON result file (default <log>.json, else /tmp/...)")
     parser.add_argument("--jobs", type=int, default=int(os.environ.get("MAX_JOBS") or os.cpu_count() or 1))
+    parser.add_argument("--w4a16", action="store_true", help="only the units the W4A16 path instantiates")
     args = parser.parse_args(argv)
+    global NARROW
+    NARROW = args.w4a16
     result_path = args.result or (args.log.with_name(args.log.name + ".json") if args.log else DEFAULT_RESULT)
     if args.dry_run:
         return dry_run()
