@@ -34,6 +34,11 @@ def cell(text: str) -> str:
     return _LINK.sub(link, " ".join(text.split()).replace("|", "\\|"))
 
 
+def doc_link(name: str) -> str:
+    """A link from one generated document to ``docs/<name>.md``, in the form documents in ``docs/`` use."""
+    return f"[{name}.md]({name}.md)"
+
+
 def markers(names: Sequence[str]) -> str:
     return ", ".join(f"`{n}`" for n in names) or "—"
 
@@ -68,7 +73,7 @@ def backends_table() -> str:
         "policy rounds the intermediate (per half) and hidden sizes to. *Every property needs*: markers without",
         "which the backend's properties skip (its acceptance helpers' library). *Kernel property needs*: the",
         "hardware and library of its real-kernel properties. Where each rule comes from, what runs on a CPU and",
-        "what has executed: [backend-notes.md](backend-notes.md) and [hardware.md](hardware.md).",
+        f"what has executed: {doc_link('backend-notes')} and {doc_link('hardware')}.",
         "",
         "| `--backend` | contract | entry point | FC1 rows | built-in pads to | every property needs "
         "| kernel property needs | aliases | sources |",
@@ -93,8 +98,7 @@ def known_bad_table() -> str:
         "",
         "Each reproduces a historical bug so that the properties of its contract are shown to fail",
         "(`--subject NAME`; `python -m bench --quick` fails unless every one is caught). The property that",
-        "catches each first is in [subjects.md](subjects.md) §2; the bugs themselves in",
-        "[regressions.md](regressions.md).",
+        f"catches each first is in {doc_link('subjects')} §2; the bugs themselves in {doc_link('regressions')}.",
         "",
         "| subject | contract | what it does | reproduces |",
         "|---|---|---|---|",
