@@ -8,6 +8,8 @@
   checkout with ``$HOME/my-engine`` naming that folder and this interpreter for ``.venv/bin/python``; every
   selected property passes. The same module padding gated layers to 16 instead of 64 fails
   ``test_flashinfer_accepts`` the way the worked verdict shows, so the example's command can tell.
+* The options its table and ``docs/running.md`` name are registered ones, and ``docs/running.md`` names every
+  registered marker.
 """
 
 from __future__ import annotations
@@ -118,3 +120,30 @@ def test_external_subject_example_runs_as_written(tmp_path: Path) -> None:
     assert broken.returncode == 1, broken.stdout[-3000:]
     assert "flashinfer-trtllm rejects Ip=" in broken.stdout
     assert "input_tensor.shape[0]=" in broken.stdout and "must be a multiple of 128" in broken.stdout
+
+
+@pytest.mark.long(10)
+def test_documented_options_are_registered() -> None:
+    """Every option the README's table and ``docs/running.md`` name is one ``pytest --help`` lists."""
+    help_text = subprocess.run(
+        [sys.executable, "-m", "pytest", "--help", "-p", "no:cacheprovider"],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    ).stdout
+    running = (ROOT / "docs" / "running.md").read_text(encoding="utf-8")
+    for text in (section("Options and profiles"), running):
+        named = {o for row in text.splitlines() if row.startswith("| `--") for o in re.findall(r"`(--[a-z0-9-]+)", row)}
+        assert named, "no option table found"
+        assert not {o for o in named if not re.search(rf"(?<![\w-]){o}\b", help_text)}
+
+
+def test_documented_markers_are_the_registered_ones() -> None:
+    """``docs/running.md`` §2 names every marker the plugin registers (requirements, contract, backends, long)."""
+    from harness import hardware, plugin, scheduling
+
+    running = (ROOT / "docs" / "running.md").read_text(encoding="utf-8")
+    registered = [m.split("(")[0].split(":")[0] for m in [*plugin.MARKERS, scheduling.MARKER]]
+    assert set(hardware.REQUIREMENTS) <= set(registered)
+    assert not [m for m in registered if f"`{m}" not in running]
