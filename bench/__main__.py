@@ -39,7 +39,9 @@ def main(argv: list[str] | None = None) -> int:
         "--no-suite", action="store_true", help="fixed grids only (join with a suite run by --from-json)"
     )
     parser.add_argument("--out", type=Path, default=Path("results/bench"), help="output folder")
-    parser.add_argument("--readme", type=Path, help="also rewrite this README's generated bench section")
+    parser.add_argument(
+        "--readme", type=Path, help="also rewrite the bench section of this file (docs/measurements.md)"
+    )
     parser.add_argument(
         "--from-json",
         type=Path,

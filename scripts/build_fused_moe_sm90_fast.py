@@ -20,10 +20,10 @@ Usage, on the SM90 host from the project root, after ``source .device/setup.sh``
 Cost (``--dry-run`` prints the census): FAST_BUILD on nvcc turns 67 of the 220 generated CUTLASS
 units into throw-stubs (same-type grouped GEMMs and dense fpA_intB GEMMs other than 128x128 tiles
 with 1x1x1 clusters), but the 118 SM90 mixed-input units (940 kernels: W4A16, W4A8, FP8xMXFP4) have
-no FAST_BUILD gate and compile in full. Measured here with nvcc 13.0 (the H200 image's): a
+no FAST_BUILD gate and compile in full. Measured with nvcc 13.0 on a 1x H200 host (16 cores, 128 GB): a
 mixed-input unit ~146 CPU-s and 7 GB peak RSS, a stubbed unit ~50 CPU-s and 2.2 GB. Expect roughly
 430 CPU-min in all: ~27 min at ``-j 16`` (near the 128 GB of one H200 host at 7 GB a job), ~14 min
-at ``-j 32`` on ``nvidia-h200-x2`` (32 cores, 256 GB).
+at ``-j 32`` on a 2x H200 host (32 cores, 256 GB).
 
 The build prints ninja progress with the elapsed wall time, then the slowest compile units (from
 ``.ninja_log``), loads the ``.so`` and ends with one JSON line

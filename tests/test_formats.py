@@ -257,8 +257,8 @@ def test_e4m3_sign_conventions() -> None:
 
 
 TORCH_E4M3_CAST_SATURATES = torch.tensor([1e6]).to(torch.float8_e4m3fn).view(torch.uint8).item() == E4M3_MAX_BYTE
-"""torch 2.13 saturates out-of-range casts to ±448 (``docs/formats.md`` §4); torch 2.11 (the H200 image)
-gives NaN. The reference saturates, as the kernels' SATFINITE cast does, so the torch oracle is
+"""torch 2.13 saturates out-of-range casts to ±448 (``docs/formats.md`` §4); torch 2.11 (2.11.0+cu130, which the
+H200 runs used) gives NaN. The reference saturates, as the kernels' SATFINITE cast does, so the torch oracle is
 compared everywhere only where torch saturates, else within ``|x| <= 464`` (the last value that
 rounds to 448), and the saturation itself is checked against the spec."""
 

@@ -1,0 +1,149 @@
+"""The README is a short user guide whose commands run as written.
+
+* It stays a guide (at most 300 lines); measurements and findings live in ``docs/``.
+* Its two quick-start commands are the ones CI runs (``.ci/run``).
+* Its worked verdict is what the command above it prints: the pasted reproduction line and summary row.
+* Its external-subject example runs as written: the ``<!-- readme-test: my_fp4_engine.py -->`` block is
+  saved as that module in a folder of its own, and the ``<!-- readme-test: command -->`` block runs from the
+  checkout with ``$HOME/my-engine`` naming that folder and this interpreter for ``.venv/bin/python``; every
+  selected property passes. The same module padding gated layers to 16 instead of 64 fails
+  ``test_flashinfer_accepts`` the way the worked verdict shows, so the example's command can tell.
+* The options its table and ``docs/running.md`` name are registered ones, and ``docs/running.md`` names every
+  registered marker.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import shlex
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+README = ROOT / "README.md"
+_FENCE = re.compile(r"^```[a-z]*\n(.*?)^```", re.MULTILINE | re.DOTALL)
+
+
+def readme() -> str:
+    return README.read_text(encoding="utf-8")
+
+
+def block_after(marker: str) -> str:
+    """The fenced block right after the HTML comment ``<!-- readme-test: {marker} -->``."""
+    text = readme()
+    start = text.index(f"<!-- readme-test: {marker} -->")
+    m = _FENCE.search(text, start)
+    assert m is not None, f"no code block after the {marker!r} marker"
+    return m.group(1)
+
+
+def section(title: str) -> str:
+    """The README's ``## title`` section, up to the next ``## `` heading."""
+    text = readme()
+    start = text.index(f"\n## {title}\n")
+    end = text.find("\n## ", start + 1)
+    return text[start : end if end >= 0 else len(text)]
+
+
+def commands(block: str) -> list[str]:
+    """Shell command lines of a block: continuations joined, comments dropped."""
+    joined = block.replace("\\\n", " ")
+    return [" ".join(line.split("#")[0].split()) for line in joined.splitlines() if line.split("#")[0].strip()]
+
+
+def run_shell(
+    command: str, tmp_path: Path, env: dict[str, str] | None = None, timeout: int = 600
+) -> subprocess.CompletedProcess[str]:
+    """``command`` in bash from the checkout, ``ci`` profile unless it names one, with this interpreter for
+    ``.venv/bin/python`` and its results under ``tmp_path``."""
+    env = {**os.environ, "FP4_PROFILE": "ci", **(env or {})}
+    env.pop("PYTEST_XDIST_WORKER", None)
+    command = command.replace(".venv/bin/python", shlex.quote(sys.executable))
+    command += f" -p no:cacheprovider --results {shlex.quote(str(tmp_path / 'results'))}"
+    return subprocess.run(["bash", "-c", command], cwd=ROOT, env=env, capture_output=True, text=True, timeout=timeout)
+
+
+def test_readme_is_a_short_guide() -> None:
+    assert len(readme().splitlines()) <= 300, "move measurements and findings to docs/"
+
+
+def test_quick_start_commands_are_the_ones_ci_runs() -> None:
+    block = _FENCE.search(section("Install and run")).group(1)
+    ci = (ROOT / ".ci" / "run").read_text(encoding="utf-8")
+    quick = [part.strip() for line in commands(block) for part in line.split("&&")]
+    assert quick == [
+        "scripts/install-cpu.sh",
+        ".venv/bin/python -m pytest -n auto conformance",
+        ".venv/bin/python -m pytest -n auto tests",
+    ]
+    for command in quick:
+        assert command in ci, f".ci/run does not run {command!r}"
+
+
+@pytest.mark.long(25)
+def test_worked_verdict_is_what_its_command_prints(tmp_path: Path) -> None:
+    text = section("Reading a verdict")
+    (command,) = commands(_FENCE.search(text).group(1))
+    pasted = _FENCE.findall(text)[1]
+    result = run_shell(command, tmp_path, env={"FP4_DB": str(tmp_path / "db")})  # triage keeps a database
+    assert result.returncode == 1, result.stdout[-3000:]
+    reproduce = next(line for line in pasted.splitlines() if line.startswith("python -m harness.repro"))
+    assert reproduce in result.stdout.splitlines()
+    for line in pasted.splitlines():
+        if line.startswith(("nvfp4_moe ", "FAILED ", "fp4 pin: ")):
+            assert line in result.stdout.splitlines(), line
+
+
+@pytest.mark.long(150)
+def test_external_subject_example_runs_as_written(tmp_path: Path) -> None:
+    source = block_after("my_fp4_engine.py")
+    (command,) = commands(block_after("command"))
+    assert "$HOME/my-engine" in command
+    good, bad = tmp_path / "good", tmp_path / "bad"
+    good.mkdir()
+    bad.mkdir()
+    (good / "my_fp4_engine.py").write_text(source, encoding="utf-8")
+    pad16 = source.replace("64 if gated else 128", "16 if gated else 128")
+    assert pad16 != source
+    (bad / "my_fp4_engine.py").write_text(pad16, encoding="utf-8")
+
+    result = run_shell(command.replace("$HOME/my-engine", shlex.quote(str(good))), good)
+    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-2000:]
+    assert re.search(r"\b5 passed\b", result.stdout), result.stdout[-3000:]
+    assert "failed" not in result.stdout.splitlines()[-1]
+
+    broken = run_shell(command.replace("$HOME/my-engine", shlex.quote(str(bad))) + " -k flashinfer_accepts", bad)
+    assert broken.returncode == 1, broken.stdout[-3000:]
+    assert "flashinfer-trtllm rejects Ip=" in broken.stdout
+    assert "input_tensor.shape[0]=" in broken.stdout and "must be a multiple of 128" in broken.stdout
+
+
+@pytest.mark.long(10)
+def test_documented_options_are_registered() -> None:
+    """Every option the README's table and ``docs/running.md`` name is one ``pytest --help`` lists."""
+    help_text = subprocess.run(
+        [sys.executable, "-m", "pytest", "--help", "-p", "no:cacheprovider"],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    ).stdout
+    running = (ROOT / "docs" / "running.md").read_text(encoding="utf-8")
+    for text in (section("Options and profiles"), running):
+        named = {o for row in text.splitlines() if row.startswith("| `--") for o in re.findall(r"`(--[a-z0-9-]+)", row)}
+        assert named, "no option table found"
+        assert not {o for o in named if not re.search(rf"(?<![\w-]){o}\b", help_text)}
+
+
+def test_documented_markers_are_the_registered_ones() -> None:
+    """``docs/running.md`` §2 names every marker the plugin registers (requirements, contract, backends, long)."""
+    from harness import hardware, plugin, scheduling
+
+    running = (ROOT / "docs" / "running.md").read_text(encoding="utf-8")
+    registered = [m.split("(")[0].split(":")[0] for m in [*plugin.MARKERS, scheduling.MARKER]]
+    assert set(hardware.REQUIREMENTS) <= set(registered)
+    assert not [m for m in registered if f"`{m}" not in running]
