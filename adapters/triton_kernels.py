@@ -79,19 +79,19 @@ def gemm_violations(k: int, stored_groups: int) -> list[str]:
     """Why one Hopper MXFP4 ``matmul_ogs`` GEMM with ``k`` weight elements along K and ``stored_groups`` scale
     groups stored before the layout gives a wrong result without an error.
 
-    Two rules, each measured (``backends/truth``): ``k % 64 == 32`` (an odd number of 32-groups,
-    :data:`ODD_GROUPS_K`), and fewer stored scale groups than the ``block_k = 128`` kernel reads unmasked
+    Two rules, each measured (``backends/truth``), the first reported alone since it holds whatever the scales:
+    ``k % 64 == 32`` (an odd number of 32-groups, :data:`ODD_GROUPS_K`), and fewer stored scale groups than the
+    ``block_k = 128`` kernel reads unmasked
     (:func:`read_scale_groups`): it then reads bytes past the stored scales, uninitialised memory whose
     0xFF bytes are E8M0 NaNs (vLLM #47303; the measured K = 960 with the layout's own padding came out
     non-finite, K = 2880 happened to read zeros).
     """
-    problems = []
     if k % ODD_GROUPS_K:
-        problems.append(f"K {k} has an odd number of 32-element groups ({k // MXFP4_BLOCK}): silently wrong on Hopper")
+        return [f"K {k} has an odd number of 32-element groups ({k // MXFP4_BLOCK}): silently wrong on Hopper"]
     read = read_scale_groups(k)
     if stored_groups < read:
-        problems.append(f"{stored_groups} scale groups stored, the block_k 128 kernel reads {read} (vLLM #47303)")
-    return problems
+        return [f"{stored_groups} scale groups stored, the block_k 128 kernel reads {read} (vLLM #47303)"]
+    return []
 
 
 def contract_k(k_weights: int, stored_groups: int) -> int:
