@@ -1,7 +1,8 @@
 """Verdicts the harness must get right: each test runs the suite on a probe subject or input.
 
-* The known-failure ledger counts only the failure an entry describes; anything else fails, and
-  a missing library skips (an engine subject without its engine is a usage error).
+* The known-failure ledger counts only the failure an entry describes; anything else fails (also
+  the entry's torch message raised by an adapter's own code instead of the entry's ``raised_in``),
+  and a missing library skips (an engine subject without its engine is a usage error).
 * Inputs that would lose the run's verdict are usage errors before the first test: an unwritable
   ``--results``, an example database that is a file, a profile typo, a subject module or factory
   that raises.
