@@ -10,10 +10,11 @@ the same way. :func:`check_entry` refuses, where the ledger is written:
 * a *near-universal* pattern: one matching messages of two or more families of :func:`generic_messages`
   (``"."``, ``"e"``, ``r"\\d"``);
 * a *generic* pattern, one matching a message of one family (Python's built-in errors, torch's shape and
-  broadcasting errors, the suite's own assertion messages), unless the entry names in ``raised_in`` the
-  upstream function(s) the error must come from: ``module:qualname`` of a frame of its traceback
-  (:func:`raised_from`). Functions of the suite's own packages do not count: a property's or adapter's
-  frame says nothing about which upstream bug failed.
+  broadcasting errors, the suite's own assertion messages) or a suite message quoting a Python or torch
+  error (``policy refused a shape ...: {exc}``, :func:`quoting_messages`), unless the entry names in
+  ``raised_in`` the upstream function(s) the error must come from: ``module:qualname`` of a frame of its
+  traceback (:func:`raised_from`). Functions of the suite's own packages do not count: a property's or
+  adapter's frame says nothing about which upstream bug failed.
 
 The families are made, not typed: the Python and torch messages by running the failing operations, the
 suite's messages from the assertion messages in ``conformance/`` and ``contracts/`` (read as source, not
