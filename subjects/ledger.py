@@ -268,6 +268,16 @@ def frames(exc: BaseException) -> Iterator[str]:
         current = current.__cause__
 
 
+_QUALNAMES = hasattr(frames.__code__, "co_qualname")
+"""Whether code objects carry their qualified name (Python 3.11+); before, a frame names its function only."""
+
+
 def raised_from(exc: BaseException, functions: tuple[str, ...]) -> bool:
-    """Whether one of ``functions`` (``module:qualname``) is a frame of ``exc``'s traceback (:func:`frames`)."""
-    return any(frame in functions for frame in frames(exc))
+    """Whether one of ``functions`` (``module:qualname``) is a frame of ``exc``'s traceback (:func:`frames`);
+    on Python 3.10 a frame ``module:name`` stands for every ``module:...name`` (its qualname is not recorded)."""
+    wanted = set(functions)
+    if not _QUALNAMES:
+        wanted = {
+            f"{module}:{qualname.rpartition('.')[2]}" for module, _, qualname in (f.partition(":") for f in wanted)
+        }
+    return any(frame in wanted for frame in frames(exc))
