@@ -152,6 +152,15 @@ def assert_experts_placed(config: ShardingConfig, shards: tuple[RankShard, ...])
     assert not lost, f"experts {lost} are on no EP rank: tokens routed to them are dropped"
 
 
+def assert_whole_groups(rank: int, shard: RankShard, g: int, consequence: str) -> None:
+    """``shard``'s channels ``[offset, offset + real)`` at buffer position ``start`` are whole ``g``-element
+    scale groups (channels that cut one are paired with the wrong FC2 scales); ``consequence`` ends the message."""
+    assert shard.offset % g == 0 and shard.real % g == 0 and shard.start % g == 0, (
+        f"rank {rank} holds channels [{shard.offset}, {shard.offset + shard.real}) at buffer position {shard.start}, "
+        f"which cut a {g}-element scale group: {consequence}"
+    )
+
+
 @check(CONTRACT, ShardingConfig)
 def check_every_element_on_one_rank(config: ShardingConfig, backend: None, policy: MoeSharding) -> None:
     """Every expert lives on one EP rank, split by all of its TP ranks; within an EP rank the TP ranks hold
@@ -174,10 +183,11 @@ def check_every_element_on_one_rank(config: ShardingConfig, backend: None, polic
         covered = 0
         for t, s in sorted(enumerate(group), key=lambda item: (item[1].offset, item[0])):
             r = ep_rank * config.tp + t
-            assert s.offset % g == 0 and s.real % g == 0 and s.start % g == 0, (
-                f"rank {r} holds channels [{s.offset}, {s.offset + s.real}) at buffer position {s.start}, which cut "
-                f"a {g}-element scale group: padding cannot repair a group straddle (docs/vllm-logic.md §15); "
-                "refuse or split on whole groups"
+            assert_whole_groups(
+                r,
+                s,
+                g,
+                "padding cannot repair a group straddle (docs/vllm-logic.md §15); refuse or split on whole groups",
             )
             assert s.offset == covered, (
                 f"rank {r} starts at channel {s.offset}; channels [{covered}, {s.offset}) are lost or doubled"
@@ -294,6 +304,10 @@ def check_ranks_sum_to_layer(config: ShardingConfig, backend: None, policy: MoeS
         got += part + part_bias
     err = (got - want).abs()
     bad = err > SUM_TOLERANCE * mag
+    for r, s in enumerate(shards) if bad.any() else ():  # the cause, where a rank's channels cut a group
+        assert_whole_groups(
+            r, s, config.block, f"the ranks' partial outputs do not sum to the layer's (max |diff| = {err.max():.4g})"
+        )
     assert not bad.any(), (
         f"the {config.ranks} ranks' partial outputs do not sum to the layer's: max |diff| = {err.max().item():.4g} "
         f"(max |out| = {want.abs().max().item():.4g}, max |bias part| = {bias.abs().max().item():.4g}) at "

@@ -8,6 +8,7 @@ example's verdict:
 * where the subject's known-failure ledger lists an upstream bug, only the failure the entry
   describes (exception type and message pattern, :class:`subjects.registry.KnownFailure`) is
   recorded as expected; any other exception fails, and a pass raises :class:`KnownFailureFixed`;
+  a :class:`contracts.errors.GuardViolation` (the suite's own guards) is never absorbed by an entry;
 * an example running past the profile's time limit fails with :class:`ExampleTimeout`, naming
   the test and its reproduction;
 * every failure gets the one-line reproduction as a note and carries its :class:`Reproduction`,
@@ -36,7 +37,7 @@ import pytest
 from hypothesis import currently_in_test_context, event, note
 from hypothesis.errors import UnsatisfiedAssumption
 
-from contracts.errors import LibraryUnavailable
+from contracts.errors import GuardViolation, LibraryUnavailable
 from harness import records
 from harness.repro import Reproduction
 
@@ -184,7 +185,7 @@ def _expect_failure(
     """Run a check where known upstream bugs apply: only a failure one of them describes is expected."""
     try:
         fn(config, backend, policy)
-    except (LibraryUnavailable, UnsatisfiedAssumption):
+    except (LibraryUnavailable, UnsatisfiedAssumption, GuardViolation):  # a guard error is never an upstream bug
         raise
     except Exception as exc:
         bug = next((k for k in known if k.recognises(exc)), None)

@@ -21,6 +21,8 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from subjects.ledger import check_entry, raised_from
+
 _CONTRACT_MODULES = (
     "subjects.nvfp4_moe",
     "subjects.mxfp4_linear",
@@ -48,7 +50,13 @@ class KnownFailure:
     exception there (an ``ImportError`` from a broken adapter, a ``TypeError``, another
     assertion) fails the example as usual, a missing library skips it, and a pass raises an
     alert that the bug is fixed. When the bug is caught by the property itself, ``raises`` is
-    ``AssertionError`` and ``match`` quotes the property's own assertion message.
+    ``AssertionError`` and ``match`` quotes the property's assertion message together with what
+    only this bug puts in it (a backend, a tensor, the upstream message the property quotes).
+
+    ``raised_in`` names upstream functions (``module:qualname``), one of which must be a frame of
+    the failure's traceback (or of its ``raise ... from`` cause): required where ``match`` alone
+    is generic. The entry is checked where it is written (:func:`subjects.ledger.check_entry`):
+    catch-all types and patterns raise :class:`subjects.ledger.LedgerError`.
     """
 
     contract: str
@@ -59,9 +67,10 @@ class KnownFailure:
     match: str
     backend: str | None = None
     check: str | None = None
+    raised_in: tuple[str, ...] = ()
 
     def __post_init__(self) -> None:
-        re.compile(self.match)  # a bad pattern is an error where the ledger is written
+        check_entry(self.raises, self.match, self.raised_in)
 
     def matches(self, contract: str, check: str, backend: str | None, config: Any) -> bool:
         """Whether a check run is where this bug applies (before it runs)."""
@@ -73,13 +82,19 @@ class KnownFailure:
         )
 
     def recognises(self, exc: BaseException) -> bool:
-        """Whether ``exc`` is this bug: its type is ``raises`` and its message matches ``match``."""
-        return isinstance(exc, self.raises) and re.search(self.match, str(exc)) is not None
+        """Whether ``exc`` is this bug: its type is ``raises``, its message matches ``match`` and,
+        with ``raised_in``, one of those functions is on its traceback."""
+        return (
+            isinstance(exc, self.raises)
+            and re.search(self.match, str(exc)) is not None
+            and (not self.raised_in or raised_from(exc, self.raised_in))
+        )
 
     def describe(self) -> str:
-        """``TypeName matching 'pattern'``, for messages about unrecognised failures."""
+        """``TypeName matching 'pattern'`` (``raised in f, g``), for messages about unrecognised failures."""
         types = self.raises if isinstance(self.raises, tuple) else (self.raises,)
-        return f"{' or '.join(t.__name__ for t in types)} matching {self.match!r}"
+        where = f" raised in {' or '.join(self.raised_in)}" if self.raised_in else ""
+        return f"{' or '.join(t.__name__ for t in types)} matching {self.match!r}{where}"
 
 
 @dataclass(frozen=True)

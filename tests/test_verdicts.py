@@ -1,7 +1,8 @@
 """Verdicts the harness must get right: each test runs the suite on a probe subject or input.
 
-* The known-failure ledger counts only the failure an entry describes; anything else fails, and
-  a missing library skips (an engine subject without its engine is a usage error).
+* The known-failure ledger counts only the failure an entry describes; anything else fails (also
+  the entry's torch message raised by an adapter's own code instead of the entry's ``raised_in``),
+  and a missing library skips (an engine subject without its engine is a usage error).
 * Inputs that would lose the run's verdict are usage errors before the first test: an unwritable
   ``--results``, an example database that is a file, a profile typo, a subject module or factory
   that raises.
@@ -37,6 +38,8 @@ PROBES = '''
 import ctypes
 import signal
 import time
+
+import torch
 
 from adapters.flashinfer import LibraryUnavailable
 from subjects.nvfp4_moe import CONTRACT, BuiltinNvfp4MoeAlignment
@@ -74,6 +77,36 @@ import_error = Subject("probe-import-error", "broken adapter",
 other_message = Subject("probe-other-message", "another NotImplementedError",
                         {CONTRACT: Raising(NotImplementedError("EP is not supported"))},
                         known_failures=ledger(**DOCUMENTED))
+
+def load_w13(param, loaded):
+    """Stands in for the engine's loader, where the documented copy fails."""
+    param.copy_(loaded)
+
+
+def adapter_copy(param, loaded):
+    """An adapter's own bug: the same copy and torch message, from another function."""
+    param.copy_(loaded)
+
+
+class Copying(BuiltinNvfp4MoeAlignment):
+    def __init__(self, copy):
+        self.copy = copy
+
+    def align_moe(self, backend, weights, gated):
+        if gated and backend.value == "flashinfer-cutlass":
+            self.copy(torch.empty(2, 3), torch.empty(4))
+        return super().align_moe(backend, weights, gated)
+
+
+LOADER = dict(raises=RuntimeError, match=r"The size of tensor a \\(\\d+\\) must match the size of tensor b \\(\\d+\\)",
+              raised_in=("fp4_probes:load_w13",))
+
+# torch's generic message from the function the entry names: expected
+upstream_copy = Subject("probe-upstream-copy", "the engine's loader fails", {CONTRACT: Copying(load_w13)},
+                        known_failures=ledger(**LOADER))
+# the same message from the adapter's own code: a failure (before raised_in, an expected failure)
+adapter_bug = Subject("probe-adapter-bug", "the adapter fails the same way", {CONTRACT: Copying(adapter_copy)},
+                      known_failures=ledger(**LOADER))
 # a missing library where the ledger applies: a skip
 missing_library = Subject("probe-missing-library", "library missing",
                           {CONTRACT: Raising(LibraryUnavailable("probe-lib is not installed"))},
@@ -156,8 +189,9 @@ def test_ledger_entries_describe_their_failure() -> None:
 
 
 @pytest.mark.long(69)
-def test_documented_failure_is_expected(tmp_path: Path, probes: Path) -> None:
-    result = run_pytest(NVFP4, *CUTLASS_PADDING, "--subject", "fp4_probes:documented", tmp_path=tmp_path, path=probes)
+@pytest.mark.parametrize("probe", ["documented", "upstream_copy"])
+def test_documented_failure_is_expected(tmp_path: Path, probes: Path, probe: str) -> None:
+    result = run_pytest(NVFP4, *CUTLASS_PADDING, "--subject", f"fp4_probes:{probe}", tmp_path=tmp_path, path=probes)
     assert result.returncode == 0, result.stdout[-3000:]
     assert "expected failures (known upstream bug https://github.com/example/engine/issues/1)" in result.stdout
 
@@ -168,6 +202,11 @@ def test_documented_failure_is_expected(tmp_path: Path, probes: Path) -> None:
     [
         pytest.param("import_error", "ImportError: No module named 'engine_kernels'", id="import-error"),
         pytest.param("other_message", "NotImplementedError: EP is not supported", id="other-message"),
+        pytest.param(
+            "adapter_bug",
+            "RuntimeError: The size of tensor a (3) must match the size of tensor b (4)",
+            id="adapter-bug",
+        ),
     ],
 )
 def test_other_failures_where_the_ledger_applies_fail(tmp_path: Path, probes: Path, probe: str, shown: str) -> None:
