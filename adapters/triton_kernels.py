@@ -75,6 +75,11 @@ REFUSED_OUTPUT_WIDTH = 128
 A loud refusal, not a padding rule: no MXFP4 MoE model has ``H <= 128`` or ``2·I <= 128`` per rank."""
 
 
+def odd_groups(k: int) -> bool:
+    """Whether ``k`` elements along K hold an odd number of 32-element groups (:data:`ODD_GROUPS_K`)."""
+    return k % ODD_GROUPS_K != 0
+
+
 def gemm_violations(k: int, stored_groups: int) -> list[str]:
     """Why one Hopper MXFP4 ``matmul_ogs`` GEMM with ``k`` weight elements along K and ``stored_groups`` scale
     groups stored before the layout gives a wrong result without an error.
@@ -86,7 +91,7 @@ def gemm_violations(k: int, stored_groups: int) -> list[str]:
     0xFF bytes are E8M0 NaNs (vLLM #47303; the measured K = 960 with the layout's own padding came out
     non-finite, K = 2880 happened to read zeros).
     """
-    if k % ODD_GROUPS_K:
+    if odd_groups(k):
         return [f"K {k} has an odd number of 32-element groups ({k // MXFP4_BLOCK}): silently wrong on Hopper"]
     read = read_scale_groups(k)
     if stored_groups < read:
@@ -102,7 +107,7 @@ def contract_k(k_weights: int, stored_groups: int) -> int:
     to the scales (bit-identical, measured: 2880 vs 2944, 704 vs 768, 320 vs 384), so K is ``32 · stored``;
     otherwise the kernel is wrong (:func:`gemm_violations`) and K stays ``k_weights``, which the rule rejects.
     """
-    return MXFP4_BLOCK * stored_groups if k_weights % ODD_GROUPS_K == 0 else k_weights
+    return k_weights if odd_groups(k_weights) else MXFP4_BLOCK * stored_groups
 
 
 def hopper_violations(intermediate: int, hidden: int) -> list[str]:

@@ -59,7 +59,7 @@ TRITON_KERNELS_MOE_DEFECTS: tuple[KernelDefect, ...] = (
         "padding (measured on an H200 with triton_kernels 3.5.1 as vendored by vLLM 0.33.0: every K % 64 == 32 "
         "from 32 to 2016; scripts/repro_matmul_ogs_odd_k.py reproduces it with torch and triton_kernels alone)",
         "backends/truth/triton-kernels-sm90.sm90.json",
-        lambda shape: len(shape) == 2 and (shape[1] * MXFP4_BLOCK) % tk.ODD_GROUPS_K != 0,
+        lambda shape: len(shape) == 2 and tk.odd_groups(shape[1] * MXFP4_BLOCK),
         required=True,
     ),
 )
