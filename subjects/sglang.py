@@ -1457,17 +1457,27 @@ SGLANG_KNOWN_FAILURES: tuple[KnownFailure, ...] = (
         backend=Mxfp4MoeBackend.TRITON_SM90.value,
         raised_in=FUSED_MOE_LOADERS,
     ),
-    KnownFailure(
-        MXFP4_MOE,
-        "triton_kernel on SM90 rounds I to 64 and keeps H; _swizzle_mxfp4 pads only each GEMM's scale groups "
-        "(_pad_hopper_mxfp4_scale): with H % 64 == 32 FC1's K holds an odd number of 32-element groups, which "
-        "triton_kernels' Hopper matmul_ogs computes wrongly without an error whatever the scale padding (measured "
-        "on an H200: backends/truth/triton-kernels-sm90.sm90.json); found by this suite, not reported upstream",
-        f"{SGLANG_SOURCE}/layers/quantization/mxfp4.py",
-        applies=lambda config: tk.odd_groups(config.shape.hidden),
-        raises=AssertionError,
-        match=r"FC1: K \d+ has an odd number of 32-element groups|w13_scale .* K \d+ has an odd number",
-        backend=Mxfp4MoeBackend.TRITON_SM90.value,
+    *(
+        KnownFailure(
+            MXFP4_MOE,
+            "triton_kernel on SM90 rounds I to 64 and keeps H; _swizzle_mxfp4 pads only each GEMM's scale groups "
+            "(_pad_hopper_mxfp4_scale): with H % 64 == 32 FC1's K holds an odd number of 32-element groups, which "
+            "triton_kernels' Hopper matmul_ogs computes wrongly without an error whatever the scale padding (measured "
+            "on an H200: backends/truth/triton-kernels-sm90.sm90.json); found by this suite, not reported upstream",
+            f"{SGLANG_SOURCE}/layers/quantization/mxfp4.py",
+            applies=lambda config: tk.odd_groups(config.shape.hidden),
+            raises=AssertionError,
+            match=match,
+            backend=Mxfp4MoeBackend.TRITON_SM90.value,
+            check=check,
+        )
+        for check, match in (
+            ("check_backend_accepts", r"FC1: K \d+ has an odd number of 32-element groups"),
+            (
+                "check_triton_hopper_scale_layout",
+                r"w13_scale \[.*\] through HopperMXScaleLayout: K \d+ has an odd number",
+            ),
+        )
     ),
     *(
         KnownFailure(

@@ -881,18 +881,28 @@ VLLM_KNOWN_FAILURES: tuple[KnownFailure, ...] = (
         backend=Mxfp4MoeBackend.TRITON_SM90.value,
         raised_in=(f"{MXFP4_ORACLE}:convert_weight_to_mxfp4_moe_kernel_format.<locals>.shuffle_weight",),
     ),
-    KnownFailure(
-        MXFP4_MOE,
-        "TRITON on SM90 keeps the hidden size (mxfp4_round_up_hidden_size_and_intermediate_size rounds only I, to 64) "
-        "and _swizzle_mxfp4 zero-pads only the scale groups: with H % 64 == 32 FC1's K holds an odd number of "
-        "32-element groups, which triton_kernels' Hopper matmul_ogs computes wrongly without an error whatever the "
-        "scale padding (measured on an H200: backends/truth/triton-kernels-sm90.sm90.json); found by this suite, not "
-        "reported upstream",
-        TRITON_SOURCE,
-        applies=lambda config: triton_kernels.odd_groups(config.shape.hidden),
-        raises=AssertionError,
-        match=r"FC1: K \d+ has an odd number of 32-element groups|w13_scale .* K \d+ has an odd number",
-        backend=Mxfp4MoeBackend.TRITON_SM90.value,
+    *(
+        KnownFailure(
+            MXFP4_MOE,
+            "TRITON on SM90 keeps the hidden size (mxfp4_round_up_hidden_size_and_intermediate_size rounds only I, to 64) "
+            "and _swizzle_mxfp4 zero-pads only the scale groups: with H % 64 == 32 FC1's K holds an odd number of "
+            "32-element groups, which triton_kernels' Hopper matmul_ogs computes wrongly without an error whatever the "
+            "scale padding (measured on an H200: backends/truth/triton-kernels-sm90.sm90.json); found by this suite, not "
+            "reported upstream",
+            TRITON_SOURCE,
+            applies=lambda config: triton_kernels.odd_groups(config.shape.hidden),
+            raises=AssertionError,
+            match=match,
+            backend=Mxfp4MoeBackend.TRITON_SM90.value,
+            check=check,
+        )
+        for check, match in (
+            ("check_backend_accepts", r"FC1: K \d+ has an odd number of 32-element groups"),
+            (
+                "check_triton_hopper_scale_layout",
+                r"w13_scale \[.*\] through HopperMXScaleLayout: K \d+ has an odd number",
+            ),
+        )
     ),
     *(
         KnownFailure(
