@@ -10,9 +10,9 @@ Each example is drawn at one :class:`Scale` (drawn first, so shrinking lands on 
 * ``REDUCED`` (half the examples): every size above 512 loses a multiple of 256, which keeps its
   residue modulo 256 (the largest alignment any backend asks for) and the length of a short
   rank's zero tail, so a CPU example runs in milliseconds; 1-4 experts.
-* ``FULL_WIDTH`` (a quarter): the rank's real hidden and intermediate sizes, 1-2 experts, where
-  the layer fits :data:`WEIGHT_BUDGET` (a rank that does not, such as DeepSeek-V3 at TP=1, is
-  reduced instead).
+* ``FULL_WIDTH`` (a quarter): the rank's real hidden and intermediate sizes, 1-2 experts; a rank
+  whose layer exceeds :data:`WEIGHT_BUDGET` (DeepSeek-V3 at TP=1, say) keeps its real hidden size
+  and a reduced intermediate size (:func:`rank_widths`).
 * ``MANY_EXPERTS`` (a quarter): the rank's real local expert count (the model's ``E``, or
   ``cdiv(E, tp)`` under expert parallelism) at small width: sizes reduced to at most 256 (the
   residue modulo 256 kept), the count capped by :data:`WEIGHT_BUDGET`; it shrinks to 5 experts.
@@ -176,6 +176,15 @@ def scaled(size: int, scale: Scale) -> int:
     return reduce_size(size, SMALL_WIDTH if scale is Scale.MANY_EXPERTS else REDUCE_ABOVE)
 
 
+def rank_widths(intermediate: int, hidden: int, scale: Scale) -> tuple[int, int]:
+    """``(I, H)`` of an example of ``scale`` for a rank's real ``(intermediate, hidden)`` (:func:`scaled`); at
+    ``FULL_WIDTH``, a rank whose ``2·I·H`` exceeds :data:`WEIGHT_BUDGET` (DeepSeek-V3 at TP=1, say) keeps its
+    real hidden size and a reduced intermediate size (every catalogued hidden size fits with ``I <= 512``)."""
+    if scale is Scale.FULL_WIDTH and weight_elements(1, intermediate, hidden) > WEIGHT_BUDGET:
+        return reduce_size(intermediate), hidden
+    return scaled(intermediate, scale), scaled(hidden, scale)
+
+
 @st.composite
 def moe_shapes(draw: st.DrawFn, group: int = 16, activations: tuple[Activation, ...] = ACTIVATIONS) -> MoeShape:
     """A :class:`MoeShape` for quantization group ``group`` (16 NVFP4, 32 MXFP4): a catalogued model's
@@ -196,10 +205,8 @@ def moe_shapes(draw: st.DrawFn, group: int = 16, activations: tuple[Activation, 
         m, tp, ep = draw(_catalog_layer())
         activation = m.activation if m.activation in activations else draw(st.sampled_from(activations))
     _, per_rank = rank_local(m.moe_intermediate, tp, ep, group, whole_block=m.loader is Loader.WHOLE_BLOCK)
-    if scale is Scale.FULL_WIDTH and weight_elements(1, per_rank[0], m.hidden) > WEIGHT_BUDGET:
-        scale = Scale.REDUCED
     rank = draw(st.sampled_from([r for r, n in enumerate(per_rank) if n > 0]))
-    fit = max(1, WEIGHT_BUDGET // weight_elements(1, scaled(per_rank[0], scale), scaled(m.hidden, scale)))
+    fit = max(1, WEIGHT_BUDGET // weight_elements(1, *rank_widths(per_rank[0], m.hidden, scale)))
     if scale is Scale.MANY_EXPERTS:
         most = max(1, min(local_experts(m, tp, ep), fit))
         experts = draw(st.integers(min(REDUCED_EXPERTS + 1, most), most))
@@ -233,10 +240,10 @@ def layer_shape(
     seed: int,
     scale: Scale = Scale.REDUCED,
 ) -> MoeShape:
-    """Rank ``rank``'s :class:`MoeShape` of model ``m``, sizes as ``scale`` holds them (:func:`scaled`)."""
+    """Rank ``rank``'s :class:`MoeShape` of model ``m``, sizes as ``scale`` holds them (:func:`rank_widths`)."""
     sharding, per_rank = rank_local(m.moe_intermediate, tp, ep, group, whole_block=m.loader is Loader.WHOLE_BLOCK)
     buffer, real = per_rank[0], per_rank[rank]
-    reduced = scaled(buffer, scale)
+    reduced, hidden = rank_widths(buffer, m.hidden, scale)
     return MoeShape(
         model=m.name,
         tp=tp,
@@ -245,7 +252,7 @@ def layer_shape(
         sharding=sharding,
         intermediate=reduced,
         real_intermediate=max(group, reduced - (buffer - real)) if real < buffer else reduced,
-        hidden=scaled(m.hidden, scale),
+        hidden=hidden,
         model_hidden=m.hidden,
         activation=activation,
         experts=experts,
