@@ -332,8 +332,11 @@ def versions() -> str:
 
 
 def chosen_subjects(specs: list[str] | None) -> list[Subject]:
-    """The named subjects (registered names or ``package.module:attribute``), else every known-bad one."""
-    return [resolve(spec) for spec in specs] if specs else list(known_bad().values())
+    """The named subjects (registered names or ``package.module:attribute``), else every known-bad one and
+    the mutants generation must catch (:data:`bench.mutants.CI_MUTANTS`)."""
+    from bench.mutants import CI_MUTANTS
+
+    return [resolve(spec) for spec in specs] if specs else [*known_bad().values(), *CI_MUTANTS]
 
 
 _JOB: dict[str, Any] = {}

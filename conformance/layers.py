@@ -21,7 +21,7 @@ from reference.padding import pad_dim
 from strategies.catalog import SWIGLU
 from strategies.moe import MoeShape
 from strategies.mxfp4_moe import Mxfp4MoeConfig
-from strategies.tensors import MoeCase, dequantize_moe, generator, moe_case, real_channels
+from strategies.tensors import MoeCase, dequantize_moe, generator, moe_case, real_channels, routed_experts_only
 
 
 def align_nvfp4(shape: MoeShape, backend: Nvfp4MoeBackend, policy: MoeAlignment) -> tuple[AlignedMoe, MoeCase]:
@@ -81,12 +81,14 @@ def reference_output(
     x: torch.Tensor | None = None,
     requantize: Callable[[torch.Tensor], torch.Tensor] | None = None,
 ) -> torch.Tensor:
-    """Reference MoE output ``[T, H]`` of MXFP4 experts whose FC1 rows are read in ``layout``."""
+    """Reference MoE output ``[T, H]`` of MXFP4 experts whose FC1 rows are read in ``layout`` (only the routed
+    experts dequantized: :func:`~strategies.tensors.routed_experts_only`)."""
+    weights, ids = route(case.logits, config.shape.top_k)
+    w, _, ids = routed_experts_only(w, ids)
     ones = torch.ones(w.w13.shape[0])
     w13, w2 = dequantize_moe(w, ones, ones)
     w13 = relayout_fc1(w13, layout, Fc1Layout.GATE_UP)
     b13 = None if w.w13_bias is None else relayout_fc1(w.w13_bias, layout, Fc1Layout.GATE_UP, dim=-1)
-    weights, ids = route(case.logits, config.shape.top_k)
     xp = pad_dim(case.x if x is None else x, -1, w13.shape[-1])
     out = moe_reference(
         xp, w13, w2, weights, ids, config.shape.activation, GateUpOrder.GATE_UP, b13, w.w2_bias, requantize

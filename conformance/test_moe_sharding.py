@@ -29,7 +29,7 @@ from hypothesis import given
 
 from conformance.moe_checks import PadRule, assert_embedded, assert_shapes, pad_rule
 from contracts.errors import UnsupportedConfig
-from contracts.moe import AlignedMoe, MoeWeights, relayout_moe
+from contracts.moe import AlignedMoe, MoeWeights, relayout_moe, select_experts
 from contracts.moe_sharding import CONTRACT, MoeSharding, RankShard, ShardRefused, rank_coordinates
 from harness.repro import check, record_event, run_check
 from reference.layouts import Fc1Layout, relayout_fc1, split_fc1
@@ -73,13 +73,6 @@ def global_layer(config: ShardingConfig) -> MoeCase:
         stacked = replace(stacked, w13_bias=b13, w2_bias=b2)
     weights = relayout_moe(stacked, config.layout) if config.gated else stacked
     return replace(case, weights=weights)
-
-
-def expert_rows(weights: MoeWeights, experts: tuple[int, ...]) -> MoeWeights:
-    """``weights`` of the global experts ``experts`` (valid ids), in that order."""
-    ids = torch.tensor(experts, dtype=torch.long)
-    pick = {n: getattr(weights, n) for n in ("w13", "w13_scale", "w2", "w2_scale", "w13_bias", "w2_bias")}
-    return replace(weights, **{n: t.index_select(0, ids) for n, t in pick.items() if t is not None})
 
 
 def refusable(config: ShardingConfig) -> str | None:
@@ -203,7 +196,7 @@ def check_every_element_on_one_rank(config: ShardingConfig, backend: None, polic
     w2_bias_holders: dict[int, list[int]] = {}
     for r, s in enumerate(shards):
         w, o, n, at = s.weights, s.offset, s.real, s.start
-        mine = expert_rows(src, s.experts)
+        mine = select_experts(src, s.experts)
         assert_shapes(AlignedMoe(w, w.intermediate_size, config.hidden), len(s.experts), 2 if config.gated else 1)
         assert w.fc1_layout is src.fc1_layout, f"rank {r}: FC1 rows relabelled {w.fc1_layout.value}"
         for name in ("w13", "w13_scale", "w13_bias"):
@@ -254,7 +247,7 @@ def partial_output(
     routed = [e for e in ids.unique().tolist() if e in local]
     if not routed:
         return out, bias, mag
-    picked = expert_rows(w, tuple(local[e] for e in routed))
+    picked = select_experts(w, tuple(local[e] for e in routed))
     idx = torch.tensor(routed, dtype=torch.long)
     w13, w2 = dequantize_moe(picked, case.w13_decode[idx], case.w2_decode[idx])
     if config.gated:

@@ -34,7 +34,7 @@ from reference.layouts import inverse_permutation, swizzle_128x4, unswizzle_128x
 from reference.moe import GateUpOrder, moe_reference, route
 from reference.padding import pad_dim
 from strategies.moe import MoeShape, moe_shapes, pinned_shape
-from strategies.tensors import dequantize_moe, real_channels
+from strategies.tensors import dequantize_moe, real_channels, routed_experts_only
 
 pytestmark = [pytest.mark.contract(CONTRACT)]
 
@@ -65,9 +65,11 @@ def check_flashinfer_accepts(shape: MoeShape, backend: Nvfp4MoeBackend, policy: 
 
 
 def moe_output(aligned_or_case_weights, case, shape: MoeShape, hidden: int) -> torch.Tensor:
-    """Reference MoE output ``[T, hidden]`` of ``[up; gate]`` NVFP4 weights, intermediate re-quantized."""
-    w13, w2 = dequantize_moe(aligned_or_case_weights, case.w13_decode, case.w2_decode)
+    """Reference MoE output ``[T, hidden]`` of ``[up; gate]`` NVFP4 weights, intermediate re-quantized
+    (only the routed experts dequantized: :func:`~strategies.tensors.routed_experts_only`)."""
     weights, ids = route(case.logits, shape.top_k)
+    routed, experts, ids = routed_experts_only(aligned_or_case_weights, ids)
+    w13, w2 = dequantize_moe(routed, case.w13_decode[experts], case.w2_decode[experts])
     x = pad_dim(case.x, -1, w13.shape[-1])
 
     def requantize(a: torch.Tensor) -> torch.Tensor:

@@ -8,13 +8,15 @@ It may raise :class:`contracts.errors.UnsupportedConfig` to refuse a configurati
 of a shape real models produce as a failure. The backend (an enum of the contract) says which
 format and kernel library the weights are for (its record: :mod:`backends`).
 
-:func:`pad_moe` and :func:`relayout_moe` are the contract's layout operations on
-:class:`MoeWeights` (zero padding per gate/up half, FC1 row order), built on :mod:`reference`.
+:func:`pad_moe`, :func:`relayout_moe` and :func:`select_experts` are the contract's layout operations on
+:class:`MoeWeights` (zero padding per gate/up half, FC1 row order, a subset of the experts), built on
+:mod:`reference`.
 """
 
 from __future__ import annotations
 
 import enum
+from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from typing import Protocol, runtime_checkable
 
@@ -123,6 +125,13 @@ def relayout_moe(weights: MoeWeights, layout: Fc1Layout) -> MoeWeights:
         w13_bias=None if weights.w13_bias is None else relayout_fc1(weights.w13_bias, source, layout, dim=-1),
         fc1_layout=layout,
     )
+
+
+def select_experts(weights: MoeWeights, experts: Sequence[int]) -> MoeWeights:
+    """``weights`` of the experts ``experts`` (valid ids), in that order: every tensor's expert dimension (dim 0)."""
+    ids = torch.tensor(list(experts), dtype=torch.long)
+    names = ("w13", "w13_scale", "w2", "w2_scale", "w13_bias", "w2_bias")
+    return replace(weights, **{n: t.index_select(0, ids) for n in names if (t := getattr(weights, n)) is not None})
 
 
 def cut_hidden(weights: MoeWeights, hidden: int) -> MoeWeights:

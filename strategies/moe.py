@@ -5,9 +5,20 @@ or are adversarial: rank-local sizes that are multiples of the quantization grou
 64/128/256. Loaders' sharding is followed: an even split where it keeps whole groups, otherwise
 a whole-block split where the last ranks hold fewer real channels than their buffer.
 
-Sizes are reduced so a CPU example runs in milliseconds: every size above 512 loses a multiple
-of 256, which keeps its residue modulo 256 (the largest alignment any backend asks for) and the
-length of a short rank's zero tail.
+Each example is drawn at one :class:`Scale` (drawn first, so shrinking lands on ``REDUCED``):
+
+* ``REDUCED`` (half the examples): every size above 512 loses a multiple of 256, which keeps its
+  residue modulo 256 (the largest alignment any backend asks for) and the length of a short
+  rank's zero tail, so a CPU example runs in milliseconds; 1-4 experts.
+* ``FULL_WIDTH`` (a quarter): the rank's real hidden and intermediate sizes, 1-2 experts; a rank
+  whose layer exceeds :data:`WEIGHT_BUDGET` (DeepSeek-V3 at TP=1, say) keeps its real hidden size
+  and a reduced intermediate size (:func:`rank_widths`).
+* ``MANY_EXPERTS`` (a quarter): the rank's real local expert count (the model's ``E``, or
+  ``cdiv(E, tp)`` under expert parallelism) at small width: sizes reduced to at most 256 (the
+  residue modulo 256 kept), the count capped by :data:`WEIGHT_BUDGET`; it shrinks to 5 experts.
+
+A policy therefore sees real model sizes (H, I > 512) and more than 4 local experts, while the
+tensors of every example stay within :data:`WEIGHT_BUDGET` FP4 elements.
 """
 
 from __future__ import annotations
@@ -29,6 +40,25 @@ from strategies.pins import current_pin
 ACTIVATIONS = (SWIGLU, GEGLU, GPT_OSS, RELU2)
 REDUCE_ABOVE = 512
 REDUCE_STEP = 256
+SMALL_WIDTH = 256
+"""Sizes of a ``MANY_EXPERTS`` example are reduced to at most this (their residue modulo 256 kept)."""
+REDUCED_EXPERTS = 4
+"""Most experts of a ``REDUCED`` example; a ``MANY_EXPERTS`` one holds more."""
+WEIGHT_BUDGET = 2**23
+"""Most FC1 weight elements ``E·F·I·H`` an example builds (8 Mi: 4 MiB of packed FP4 codes, FC2 as many
+again for ``F = 1``, half when gated); dequantized, 32 MiB of fp32 per tensor, a fraction of a second."""
+
+
+class Scale(enum.Enum):
+    """Which sizes an example hands the policy (module docstring)."""
+
+    REDUCED = "reduced"
+    FULL_WIDTH = "full-width"
+    MANY_EXPERTS = "many-experts"
+
+
+SCALES = (Scale.REDUCED, Scale.REDUCED, Scale.FULL_WIDTH, Scale.MANY_EXPERTS)
+"""Drawn with ``sampled_from``: half the examples reduced, a quarter each at full width and with many experts."""
 
 
 class Sharding(enum.Enum):
@@ -69,9 +99,20 @@ class MoeShape(Config):
         )
 
 
-def reduce_size(size: int) -> int:
-    """Subtract the multiple of 256 that brings ``size`` to at most 512 (residue mod 256 kept)."""
-    return size - max(0, -(-(size - REDUCE_ABOVE) // REDUCE_STEP)) * REDUCE_STEP
+def reduce_size(size: int, above: int = REDUCE_ABOVE) -> int:
+    """Subtract the multiple of 256 that brings ``size`` to at most ``above`` (residue mod 256 kept)."""
+    return size - max(0, -(-(size - above) // REDUCE_STEP)) * REDUCE_STEP
+
+
+def local_experts(m: ModelShape, tp: int, ep: bool) -> int:
+    """Experts one rank of model ``m`` holds: all ``E`` of them, or ``cdiv(E, tp)`` under expert parallelism
+    (the EP group is the TP group: vLLM's ``ep_size = tp_size·dp_size`` at ``dp_size = 1``)."""
+    return -(-m.experts // tp) if ep else m.experts
+
+
+def weight_elements(experts: int, intermediate: int, hidden: int) -> int:
+    """FC1 weight elements ``E·2·I·H`` of a gated layer (an upper bound for a non-gated one)."""
+    return experts * 2 * intermediate * hidden
 
 
 def rank_local(global_size: int, tp: int, ep: bool, group: int, whole_block: bool) -> tuple[Sharding, tuple[int, ...]]:
@@ -124,24 +165,53 @@ def adversarial_sizes(group: int) -> st.SearchStrategy[tuple[int, int]]:
     return st.tuples(intermediate, hidden)
 
 
+EXPERT_COUNTS = tuple(sorted({m.experts for m in MODELS.values()}))
+"""The catalogue's routed-expert counts: those of an adversarial ``MANY_EXPERTS`` layer."""
+
+
+def scaled(size: int, scale: Scale) -> int:
+    """``size`` as an example of ``scale`` holds it: reduced to at most 512 or 256 (:func:`reduce_size`), or whole."""
+    if scale is Scale.FULL_WIDTH:
+        return size
+    return reduce_size(size, SMALL_WIDTH if scale is Scale.MANY_EXPERTS else REDUCE_ABOVE)
+
+
+def rank_widths(intermediate: int, hidden: int, scale: Scale) -> tuple[int, int]:
+    """``(I, H)`` of an example of ``scale`` for a rank's real ``(intermediate, hidden)`` (:func:`scaled`); at
+    ``FULL_WIDTH``, a rank whose ``2·I·H`` exceeds :data:`WEIGHT_BUDGET` (DeepSeek-V3 at TP=1, say) keeps its
+    real hidden size and a reduced intermediate size (every catalogued hidden size fits with ``I <= 512``)."""
+    if scale is Scale.FULL_WIDTH and weight_elements(1, intermediate, hidden) > WEIGHT_BUDGET:
+        return reduce_size(intermediate), hidden
+    return scaled(intermediate, scale), scaled(hidden, scale)
+
+
 @st.composite
 def moe_shapes(draw: st.DrawFn, group: int = 16, activations: tuple[Activation, ...] = ACTIVATIONS) -> MoeShape:
     """A :class:`MoeShape` for quantization group ``group`` (16 NVFP4, 32 MXFP4): a catalogued model's
-    rank or an adversarial one (:func:`adversarial_sizes`); shrinks to the adversarial TP=1 rank."""
+    rank or an adversarial one (:func:`adversarial_sizes`), at a drawn :class:`Scale`. Shrinks to the
+    reduced adversarial TP=1 rank; a failure that needs real sizes keeps them, one that needs many
+    experts shrinks to 5."""
     pin = current_pin()
+    scale = draw(st.sampled_from(SCALES))
     adversarial = pin.model is None and draw(st.booleans())
     if adversarial:
         tp = pin.tp if pin.tp is not None else draw(st.sampled_from(TP_DEGREES))
         ep = bool(pin.ep)
         local, hidden = draw(adversarial_sizes(group))
-        m = ModelShape("adversarial", hidden, local * tp, 0, 8, 8, SWIGLU)
+        experts = draw(st.sampled_from(EXPERT_COUNTS)) if scale is Scale.MANY_EXPERTS else 8
+        m = ModelShape("adversarial", hidden, local * tp, 0, experts, 8, SWIGLU)
         activation = draw(st.sampled_from(activations))
     else:
         m, tp, ep = draw(_catalog_layer())
         activation = m.activation if m.activation in activations else draw(st.sampled_from(activations))
     _, per_rank = rank_local(m.moe_intermediate, tp, ep, group, whole_block=m.loader is Loader.WHOLE_BLOCK)
     rank = draw(st.sampled_from([r for r, n in enumerate(per_rank) if n > 0]))
-    experts = draw(st.integers(1, 4))
+    fit = max(1, WEIGHT_BUDGET // weight_elements(1, *rank_widths(per_rank[0], m.hidden, scale)))
+    if scale is Scale.MANY_EXPERTS:
+        most = max(1, min(local_experts(m, tp, ep), fit))
+        experts = draw(st.integers(min(REDUCED_EXPERTS + 1, most), most))
+    else:
+        experts = draw(st.integers(1, min(REDUCED_EXPERTS if scale is Scale.REDUCED else 2, fit)))
     return layer_shape(
         m,
         tp,
@@ -153,6 +223,7 @@ def moe_shapes(draw: st.DrawFn, group: int = 16, activations: tuple[Activation, 
         top_k=draw(st.integers(1, min(experts, m.top_k, 2))),
         tokens=draw(st.integers(1, 6)),
         seed=draw(st.integers(0, 2**16)),
+        scale=scale,
     )
 
 
@@ -167,11 +238,12 @@ def layer_shape(
     top_k: int,
     tokens: int,
     seed: int,
+    scale: Scale = Scale.REDUCED,
 ) -> MoeShape:
-    """Rank ``rank``'s :class:`MoeShape` of model ``m``, sizes reduced (see module docstring)."""
+    """Rank ``rank``'s :class:`MoeShape` of model ``m``, sizes as ``scale`` holds them (:func:`rank_widths`)."""
     sharding, per_rank = rank_local(m.moe_intermediate, tp, ep, group, whole_block=m.loader is Loader.WHOLE_BLOCK)
     buffer, real = per_rank[0], per_rank[rank]
-    reduced = reduce_size(buffer)
+    reduced, hidden = rank_widths(buffer, m.hidden, scale)
     return MoeShape(
         model=m.name,
         tp=tp,
@@ -180,7 +252,7 @@ def layer_shape(
         sharding=sharding,
         intermediate=reduced,
         real_intermediate=max(group, reduced - (buffer - real)) if real < buffer else reduced,
-        hidden=reduce_size(m.hidden),
+        hidden=hidden,
         model_hidden=m.hidden,
         activation=activation,
         experts=experts,

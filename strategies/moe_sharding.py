@@ -3,22 +3,28 @@
 The intermediate size is the model's global one (catalogued models at TP ∈ {1, 2, 4, 8, 16}) or
 adversarial: a whole number of groups, drawn so that even splits cut groups, ranks hold less
 than one group, and the last ranks of a whole-block split are short or empty (2-4 groups per rank
-make a short last non-empty rank likely). The hidden size
-is reduced as in :mod:`strategies.moe` (the split does not touch it). The scale group is 16
-(NVFP4) or 32 (MXFP4); the checkpoint's FC1 rows are stacked ``[gate; up]`` or row-interleaved.
+make a short last non-empty rank likely). The hidden size (which the split does not touch) and the
+expert count follow the example's :class:`~strategies.moe.Scale`, drawn first:
 
-Expert parallelism: ``ep_size`` ∈ {1, 2, 4, 8, 16} with ``tp·ep_size <=`` :data:`MAX_RANKS`; the expert
-count ``E`` is 1-2 without EP and ``1 … min(2·ep_size, 12)`` with it, so ``E % ep != 0`` (uneven blocks) and
-``E < ep`` (EP ranks holding no expert) are both common. Biases (gpt-oss-style ``w13_bias`` /
-``w2_bias``) are drawn on or off for MXFP4 (NVFP4 ModelOpt expert checkpoints carry none: vLLM 0.33.0's
-``ModelOptNvFp4FusedMoE.create_weights`` allocates no bias), and the kernel backend whose layer loads the shard from the block's
-format's backends (``Nvfp4MoeBackend`` / ``Mxfp4MoeBackend``, the ``nvfp4_moe`` / ``mxfp4_moe``
-contracts' backends).
+* ``REDUCED`` (half the examples): the hidden size reduced as in :mod:`strategies.moe` (adversarial:
+  1-16 blocks of 32); ``E`` is 1-2 without EP and ``1 … min(2·ep_size, 12)`` with it, so ``E % ep != 0``
+  (uneven blocks) and ``E < ep`` (EP ranks holding no expert) are both common.
+* ``FULL_WIDTH`` (a quarter): the model's real hidden size (adversarial: a catalogued one), the same
+  expert counts, where ``E·2·I·H`` fits :data:`~strategies.moe.WEIGHT_BUDGET` (else reduced).
+* ``MANY_EXPERTS`` (a quarter): the model's real expert count (adversarial: a catalogued one), at
+  least ``4·ep_size + 1`` where it has that many, so EP ranks hold more than 4 experts, capped by the
+  budget; the hidden size is one 32-element block.
 
-Shrinking: the block goes to NVFP4, TP and EP to 1, the layer to a catalogued model (the first by name)
-or to one group, then the layout to stacked, ``E`` to 1, biases off, the backend to the enum's first
-member, ``top_k`` to 1, tokens to 1 and the seed to 0: a failure that needs EP keeps the smallest
-``ep_size`` and ``E`` that show it.
+Expert parallelism: ``ep_size`` ∈ {1, 2, 4, 8, 16} with ``tp·ep_size <=`` :data:`MAX_RANKS`. Biases
+(gpt-oss-style ``w13_bias`` / ``w2_bias``) are drawn on or off for MXFP4 (NVFP4 ModelOpt expert
+checkpoints carry none: vLLM 0.33.0's ``ModelOptNvFp4FusedMoE.create_weights`` allocates no bias), and
+the kernel backend whose layer loads the shard from the block's format's backends (``Nvfp4MoeBackend``
+/ ``Mxfp4MoeBackend``, the ``nvfp4_moe`` / ``mxfp4_moe`` contracts' backends).
+
+Shrinking: the scale goes to ``REDUCED``, the block to NVFP4, TP and EP to 1, the layer to a catalogued
+model (the first by name) or to one group, then the layout to stacked, ``E`` to 1 (5 with many
+experts), biases off, the backend to the enum's first member, ``top_k`` to 1, tokens to 1 and the seed
+to 0: a failure that needs EP keeps the smallest ``ep_size`` and ``E`` that show it.
 """
 
 from __future__ import annotations
@@ -34,7 +40,16 @@ from reference.layouts import Fc1Layout
 from reference.moe import Activation
 from strategies.catalog import MODELS, TP_DEGREES
 from strategies.config import Config
-from strategies.moe import ACTIVATIONS, reduce_size
+from strategies.moe import (
+    ACTIVATIONS,
+    EXPERT_COUNTS,
+    REDUCED_EXPERTS,
+    SCALES,
+    WEIGHT_BUDGET,
+    Scale,
+    reduce_size,
+    weight_elements,
+)
 from strategies.pins import current_pin
 
 CHECKPOINT_LAYOUTS = (Fc1Layout.GATE_UP, Fc1Layout.GATE_UP_INTERLEAVED)
@@ -43,7 +58,10 @@ MAX_RANKS = 16
 """Largest ``tp·ep`` drawn (two 8-GPU nodes): every rank's shard is built and its partial output computed."""
 MAX_TOP_K = 4
 MAX_EXPERTS = 12
-"""Largest expert count drawn: the checkpoint's bytes are generated for every expert (``E·3·I·H/2``)."""
+"""Largest expert count of a ``REDUCED`` or ``FULL_WIDTH`` example: the checkpoint's bytes are generated for
+every expert (``E·3·I·H/2``)."""
+HIDDEN_SIZES = tuple(sorted({m.hidden for m in MODELS.values()}))
+"""The catalogue's hidden sizes: those of an adversarial ``FULL_WIDTH`` layer."""
 
 
 def format_backends(block: int) -> tuple[Nvfp4MoeBackend, ...] | tuple[Mxfp4MoeBackend, ...]:
@@ -104,6 +122,7 @@ class ShardingConfig(Config):
 def sharding_configs(draw: st.DrawFn) -> ShardingConfig:
     """A :class:`ShardingConfig` (honours ``--model`` / ``--tp`` / ``--ep``)."""
     pin = current_pin()
+    scale = draw(st.sampled_from(SCALES))
     block = draw(st.sampled_from((NVFP4_BLOCK, MXFP4_BLOCK)))
     tp = pin.tp if pin.tp is not None else draw(st.sampled_from(TP_DEGREES))
     eps = [d for d in EP_DEGREES if tp * d <= MAX_RANKS and pin.ep in (None, d > 1)] or [1]
@@ -115,13 +134,25 @@ def sharding_configs(draw: st.DrawFn) -> ShardingConfig:
         groups = st.one_of(st.integers(1, 2 * tp), st.integers(tp + 1, 4 * tp), st.integers(1, 64))
         intermediate = block * draw(groups)
         activation = draw(st.sampled_from(ACTIVATIONS))
+        real_hidden = draw(st.sampled_from(HIDDEN_SIZES)) if scale is Scale.FULL_WIDTH else hidden
+        real_experts = draw(st.sampled_from(EXPERT_COUNTS)) if scale is Scale.MANY_EXPERTS else MAX_EXPERTS
     else:
         m = MODELS[pin.model or draw(st.sampled_from(sorted(MODELS)))]
         name, hidden, intermediate, activation = m.name, reduce_size(m.hidden), m.moe_intermediate, m.activation
+        real_hidden, real_experts = m.hidden, m.experts
         if intermediate % block:
             block = NVFP4_BLOCK
+    if scale is Scale.FULL_WIDTH and weight_elements(1, intermediate, real_hidden) <= WEIGHT_BUDGET:
+        hidden = real_hidden
+    elif scale is Scale.MANY_EXPERTS:
+        hidden = 32
+    fit = max(1, WEIGHT_BUDGET // weight_elements(1, intermediate, hidden))
     layout = draw(st.sampled_from(CHECKPOINT_LAYOUTS)) if activation.gated else Fc1Layout.GATE_UP
-    experts = draw(st.integers(1, min(2 * ep, MAX_EXPERTS)))
+    if scale is Scale.MANY_EXPERTS:
+        most = max(1, min(real_experts, fit))
+        experts = draw(st.integers(min(REDUCED_EXPERTS * ep + 1, most), most))
+    else:
+        experts = draw(st.integers(1, min(2 * ep, MAX_EXPERTS, fit)))
     bias = block == MXFP4_BLOCK and draw(st.booleans())
     backend = draw(st.sampled_from(format_backends(block))).value
     return ShardingConfig(

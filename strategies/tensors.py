@@ -13,7 +13,7 @@ from dataclasses import dataclass
 
 import torch
 
-from contracts.moe import MoeWeights
+from contracts.moe import MoeWeights, select_experts
 from reference.formats import (
     MXFP4_BLOCK,
     NVFP4_BLOCK,
@@ -35,7 +35,9 @@ def generator(seed: int) -> torch.Generator:
 
 
 def random_bytes(gen: torch.Generator, *shape: int, low: int = 0, high: int = 256) -> torch.Tensor:
-    return torch.randint(low, high, shape, generator=gen, dtype=torch.int64).to(torch.uint8)
+    """uint8 ``shape`` uniform in ``[low, high)`` (drawn as uint8: the same values as an int64 draw, without
+    its eight bytes per element)."""
+    return torch.randint(low, high, shape, generator=gen, dtype=torch.uint8)
 
 
 @dataclass(frozen=True)
@@ -103,3 +105,13 @@ def dequantize_moe(
         return mxfp4_dequantize(q, Ue8m0Byte0.POW2, Ue8m0Byte255.NAN)
 
     return deq(weights.w13, weights.w13_scale, w13_decode), deq(weights.w2, weights.w2_scale, w2_decode)
+
+
+def routed_experts_only(weights: MoeWeights, ids: torch.Tensor) -> tuple[MoeWeights, torch.Tensor, torch.Tensor]:
+    """``(weights of the experts ids [T, k] route to, their ids [n] ascending, ids renumbered 0..n-1)``.
+
+    :func:`reference.moe.moe_reference` runs the routed experts in ascending id, so on the renumbered
+    ids it gives the same bits as on all experts, dequantizing ``n <= T·k`` of them (a rank of a real
+    model holds up to hundreds)."""
+    experts, local = ids.unique(return_inverse=True)
+    return select_experts(weights, experts.tolist()), experts, local
