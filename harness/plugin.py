@@ -38,7 +38,6 @@ from __future__ import annotations
 import dataclasses
 import json
 import os
-import shlex
 from collections import Counter, defaultdict
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -410,14 +409,14 @@ def pytest_runtest_protocol(item: pytest.Item, nextitem: pytest.Item | None):
     backend, hardware and a pytest command behind."""
     session = item.config.stash[SESSION]
     props = dict(item.user_properties)
-    command = ["python", "-m", "pytest", item.nodeid, "-p", "no:xdist", "--subject", item.config.getoption("subject")]
+    command = ["-m", "pytest", item.nodeid, "-p", "no:xdist", "--subject", item.config.getoption("subject")]
     command += ["--hypothesis-profile", session.profile]
     path = records.write_test_record(
         session.results,
         {
             "nodeid": item.nodeid,
             **{k: props.get(k) for k in ("contract", "backend", "hardware")},
-            "command": shlex.join(command),
+            "command": repro.shell_command(command),
         },
     )
     yield

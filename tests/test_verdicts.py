@@ -26,9 +26,11 @@ from pathlib import Path
 import pytest
 
 from harness.plugin import session_pin
+from harness.repro import shell_command
 from strategies.pins import Pin
 
 ROOT = Path(__file__).resolve().parent.parent
+REPRO = shell_command(["-m", "harness.repro"])  # the running interpreter, shell-quoted
 NVFP4 = "conformance/test_nvfp4_moe.py"
 SHARED = "conformance/test_shared_expert.py"
 CUTLASS_PADDING = ["-k", "padding_invariance and flashinfer-cutlass"]
@@ -269,7 +271,7 @@ def test_uninterruptible_hang_ends_the_worker_with_its_reproduction(tmp_path: Pa
     )  # fmt: skip
     out = result.stdout + result.stderr
     assert result.returncode == 1, out[-3000:]
-    assert "worker crashed during this example; reproduce: python -m harness.repro" in out, out[-3000:]
+    assert f"worker crashed during this example; reproduce: {REPRO}" in out, out[-3000:]
     assert list((tmp_path / "results" / "repro" / "fp4_probes_stuck").glob("*-crash.py"))
 
 
@@ -300,7 +302,7 @@ def test_junit_and_scripts_of_an_external_subject(tmp_path: Path, probes: Path) 
     cases = ET.parse(junit).getroot().iter("testcase")
     props = {p.get("name"): p.get("value") for case in cases for p in case.iter("property")}
     assert props["reproduce"].startswith(
-        "python -m harness.repro conformance.test_nvfp4_moe:check_padding_invariance --subject fp4_probes:end_padding"
+        f"{REPRO} conformance.test_nvfp4_moe:check_padding_invariance --subject fp4_probes:end_padding"
     ), props
     assert f"--subject-path {probes}" in props["reproduce"]
     assert (other / "kept.py").exists(), "another subject's scripts were removed"
