@@ -150,6 +150,9 @@ def session_pin(model: str | None, tp: int | None, ep: bool | None) -> Pin:
     return Pin(model, tp, ep)
 
 
+WEEK_S = 7 * 24 * 3600  # the largest --example-time-limit
+
+
 def _usage(message: str) -> pytest.UsageError:
     return pytest.UsageError(" ".join(message.split()))  # one line
 
@@ -185,6 +188,9 @@ def pytest_configure(config: pytest.Config) -> None:
         raise _usage(f"--model {model!r} is not catalogued; choose one of: {', '.join(sorted(MODELS))}")
     if tp is not None and tp not in TP_DEGREES:
         raise _usage(f"--tp {tp} is not one of {TP_DEGREES}")
+    limit = config.getoption("example_time_limit")
+    if limit is not None and not 0 <= limit <= WEEK_S:  # also NaN; the timers overflow near 1e12 s
+        raise _usage(f"--example-time-limit {limit:g}: give the seconds an example may run, at most {WEEK_S} (0: no limit)")
     pin = session_pin(model, tp, config.getoption("ep"))
     set_pin(pin)
     subject_spec = config.getoption("subject")
@@ -205,7 +211,6 @@ def pytest_configure(config: pytest.Config) -> None:
         lock = records.lock(results) if controller else None
     except records.ResultsBusy as exc:
         raise _usage(str(exc)) from None
-    limit = config.getoption("example_time_limit")
     limit = profiles.TIME_LIMITS[name] if limit is None else limit
     state = runner.RunState(
         subject=subject_spec,

@@ -34,6 +34,7 @@ REPRO = shell_command(["-m", "harness.repro"])  # the running interpreter, shell
 NVFP4 = "conformance/test_nvfp4_moe.py"
 SHARED = "conformance/test_shared_expert.py"
 CUTLASS_PADDING = ["-k", "padding_invariance and flashinfer-cutlass"]
+PASSWORD = "s3cret-Pw"  # a Redis password that no message may show
 
 PROBES = '''
 import ctypes
@@ -237,12 +238,28 @@ def test_example_database_that_is_a_file_is_a_usage_error(tmp_path: Path, how: s
         pytest.param(
             ["--subject", "fp4_probes:factory_raises"], {}, "RuntimeError: engine config file not found", id="factory"
         ),
+        pytest.param(["--example-time-limit", "-1"], {}, "--example-time-limit -1: give the seconds", id="limit-neg"),
+        pytest.param(["--example-time-limit", "nan"], {}, "--example-time-limit nan: give the seconds", id="limit-nan"),
+        pytest.param(
+            ["--hypothesis-profile", "nightly", "--fp4-db", f"redis://:{PASSWORD}@127.0.0.1:6379/x"],
+            {},
+            "'redis://:***@127.0.0.1:6379/x': the port and the database number must be integers",
+            id="db-number",
+        ),
+        pytest.param(
+            ["--hypothesis-profile", "nightly"],
+            {"FP4_DB": f"redis://:{PASSWORD}@127.0.0.1:1/0"},
+            "Redis example database redis://:***@127.0.0.1:1/0 does not answer",
+            id="db-unreachable-env",
+        ),
     ],
 )
 def test_bad_input_is_a_one_line_usage_error(
     tmp_path: Path, probes: Path, args: list[str], env: dict[str, str], message: str
 ) -> None:
-    one_line_usage_error(run_pytest(SHARED, *args, tmp_path=tmp_path, path=probes, env=env), message)
+    result = run_pytest(SHARED, *args, tmp_path=tmp_path, path=probes, env=env)
+    one_line_usage_error(result, message)
+    assert PASSWORD not in result.stdout + result.stderr, "the database password was printed"
 
 
 # --- 9. per-example time limit -----------------------------------------------------------------------
