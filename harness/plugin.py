@@ -190,7 +190,9 @@ def pytest_configure(config: pytest.Config) -> None:
         raise _usage(f"--tp {tp} is not one of {TP_DEGREES}")
     limit = config.getoption("example_time_limit")
     if limit is not None and not 0 <= limit <= WEEK_S:  # also NaN; the timers overflow near 1e12 s
-        raise _usage(f"--example-time-limit {limit:g}: give the seconds an example may run, at most {WEEK_S} (0: no limit)")
+        raise _usage(
+            f"--example-time-limit {limit:g}: give the seconds an example may run, at most {WEEK_S} (0: no limit)"
+        )
     pin = session_pin(model, tp, config.getoption("ep"))
     set_pin(pin)
     subject_spec = config.getoption("subject")
