@@ -95,8 +95,9 @@ def slug(text: str) -> str:
 
 
 def subject_folder(results: Path, subject: str) -> Path:
-    """Where the scripts of ``subject``'s failures go: ``RESULTS/repro/<subject slug>``."""
-    return results / "repro" / slug(subject)
+    """Where the scripts of ``subject``'s failures go: ``RESULTS/repro/<subject slug>`` (its first
+    120 characters: a folder name has at most 255 bytes)."""
+    return results / "repro" / slug(subject)[:120]
 
 
 def write_script(results: Path, nodeid: str, repro: Reproduction, suffix: str = "") -> Path:
