@@ -35,6 +35,7 @@ import xml.etree.ElementTree as ET
 from pathlib import Path
 from typing import Any
 
+from harness import checkout
 from harness.hardware import count_gpus_without_init
 from harness.workers import THREAD_VARIABLES, read_records, usable_cores
 
@@ -181,14 +182,13 @@ def host() -> dict[str, Any]:
 
     from harness.hardware import machine
 
-    commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, capture_output=True, text=True)
     return {
         "usable_cores": usable_cores(),
         "machine": machine().describe(),
         "cpu": platform.processor() or platform.machine(),
         "python": platform.python_version(),
         "torch": torch.__version__,
-        "commit": commit.stdout.strip() or None,
+        "commit": checkout.commit(ROOT),  # None outside a git checkout of the suite
     }
 
 
@@ -198,7 +198,7 @@ def markdown(report: dict[str, Any]) -> str:
         f"# Worker scaling ({h['machine']}, {h['usable_cores']} usable cores, {report['date']})",
         "",
         f"`pytest -n N {' '.join(report['targets'])}`, profile `{report['profile']}`; torch {h['torch']}, "
-        f"Python {h['python']}, commit {h['commit']}"
+        f"Python {h['python']}, commit {h['commit'] or 'unknown'}"
         + (f"; every worker forced to {report['threads']} threads" if report["threads"] else "")
         + (f"; kernel-property warm-up {report['warmup_s']} s before the first row" if report["warmup_s"] else ""),
         "",

@@ -12,7 +12,9 @@
 
 Every problem is a :class:`DatabaseError` raised before the first test: a path that is a file
 or cannot be written, a URL that does not parse, a missing ``redis`` package, a server that
-does not answer ``PING``. Nothing falls back silently.
+does not answer ``PING``. Nothing falls back silently. No message shows a password: the URL
+is printed by :func:`redacted` (``redis://:***@HOST:PORT/DB``) and the password is masked in the
+client's own error text.
 """
 
 from __future__ import annotations
@@ -20,7 +22,7 @@ from __future__ import annotations
 import os
 import tempfile
 from pathlib import Path
-from urllib.parse import urlparse
+from urllib.parse import parse_qsl, unquote, urlencode, urlparse
 
 from hypothesis.database import (
     DirectoryBasedExampleDatabase,
@@ -35,6 +37,41 @@ REDIS_SCHEMES = ("redis", "rediss")
 
 class DatabaseError(ValueError):
     """``--fp4-db`` names a database that cannot be used."""
+
+
+SECRET = "***"
+
+
+def redacted(url: str) -> str:
+    """``url`` with its password, in the user part or a ``password`` query argument (both read by
+    redis-py's ``from_url``), replaced by ``***``: safe to print. Text without one is returned as is."""
+    if not _secrets(url):
+        return url
+    parsed = urlparse(url)
+    netloc = parsed.netloc
+    if parsed.password is not None:
+        user, host = netloc.rpartition("@")[::2]
+        netloc = f"{user.partition(':')[0]}:{SECRET}@{host}"
+    query = parse_qsl(parsed.query, keep_blank_values=True)
+    if any(key == "password" for key, _ in query):
+        query = [(key, SECRET if key == "password" else value) for key, value in query]
+        return parsed._replace(netloc=netloc, query=urlencode(query, safe="*")).geturl()
+    return parsed._replace(netloc=netloc).geturl()
+
+
+def _secrets(url: str) -> list[str]:
+    """The passwords ``url`` holds, as written and percent-decoded, longest first."""
+    parsed = urlparse(url)
+    found = [parsed.password] if parsed.password else []
+    found += [value for key, value in parse_qsl(parsed.query) if key == "password" and value]
+    return sorted({s for f in found for s in (f, unquote(f))}, key=len, reverse=True)
+
+
+def _masked(text: str, url: str) -> str:
+    """``text`` (an error message) with every password of ``url`` replaced by ``***``."""
+    for secret in _secrets(url):
+        text = text.replace(secret, SECRET)
+    return text
 
 
 def is_redis(spec: str) -> bool:
@@ -57,26 +94,26 @@ def directory_database(path: str | os.PathLike[str]) -> DirectoryBasedExampleDat
 
 def redis_database(url: str, *, timeout_s: float = 5.0):
     """Hypothesis's ``RedisExampleDatabase`` on the server at ``url``, after a ``PING``."""
-    parsed = urlparse(url)
+    parsed, shown = urlparse(url), redacted(url)
     if parsed.scheme not in REDIS_SCHEMES or not parsed.hostname:
-        raise DatabaseError(f"{url!r} is not a Redis URL (redis://HOST:PORT/DB)")
+        raise DatabaseError(f"{shown!r} is not a Redis URL (redis://HOST:PORT/DB)")
     try:  # redis-py parses the URL itself; these raise ValueError for a bad port or database number
         _ = parsed.port
         _ = int(parsed.path.lstrip("/") or 0)
     except ValueError:
-        raise DatabaseError(f"{url!r}: the port and the database number must be integers") from None
+        raise DatabaseError(f"{shown!r}: the port and the database number must be integers") from None
     try:
         import redis
         from hypothesis.extra.redis import RedisExampleDatabase
     except ImportError:
         raise DatabaseError(
-            f"--fp4-db {url} needs the redis client: pip install 'hypothesis[redis]' (or fp4-conformance[fleet])"
+            f"--fp4-db {shown} needs the redis client: pip install 'hypothesis[redis]' (or fp4-conformance[fleet])"
         ) from None
-    client = redis.Redis.from_url(url, socket_connect_timeout=timeout_s, socket_timeout=timeout_s)
     try:
+        client = redis.Redis.from_url(url, socket_connect_timeout=timeout_s, socket_timeout=timeout_s)
         client.ping()
-    except redis.RedisError as exc:
-        raise DatabaseError(f"Redis example database {url} does not answer: {exc}") from None
+    except (redis.RedisError, ValueError) as exc:
+        raise DatabaseError(f"Redis example database {shown} does not answer: {_masked(str(exc), url)}") from None
     return RedisExampleDatabase(client)
 
 

@@ -38,7 +38,6 @@ from __future__ import annotations
 import dataclasses
 import json
 import os
-import shlex
 from collections import Counter, defaultdict
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -151,6 +150,9 @@ def session_pin(model: str | None, tp: int | None, ep: bool | None) -> Pin:
     return Pin(model, tp, ep)
 
 
+WEEK_S = 7 * 24 * 3600  # the largest --example-time-limit
+
+
 def _usage(message: str) -> pytest.UsageError:
     return pytest.UsageError(" ".join(message.split()))  # one line
 
@@ -186,6 +188,11 @@ def pytest_configure(config: pytest.Config) -> None:
         raise _usage(f"--model {model!r} is not catalogued; choose one of: {', '.join(sorted(MODELS))}")
     if tp is not None and tp not in TP_DEGREES:
         raise _usage(f"--tp {tp} is not one of {TP_DEGREES}")
+    limit = config.getoption("example_time_limit")
+    if limit is not None and not 0 <= limit <= WEEK_S:  # also NaN; the timers overflow near 1e12 s
+        raise _usage(
+            f"--example-time-limit {limit:g}: give the seconds an example may run, at most {WEEK_S} (0: no limit)"
+        )
     pin = session_pin(model, tp, config.getoption("ep"))
     set_pin(pin)
     subject_spec = config.getoption("subject")
@@ -206,7 +213,6 @@ def pytest_configure(config: pytest.Config) -> None:
         lock = records.lock(results) if controller else None
     except records.ResultsBusy as exc:
         raise _usage(str(exc)) from None
-    limit = config.getoption("example_time_limit")
     limit = profiles.TIME_LIMITS[name] if limit is None else limit
     state = runner.RunState(
         subject=subject_spec,
@@ -410,14 +416,14 @@ def pytest_runtest_protocol(item: pytest.Item, nextitem: pytest.Item | None):
     backend, hardware and a pytest command behind."""
     session = item.config.stash[SESSION]
     props = dict(item.user_properties)
-    command = ["python", "-m", "pytest", item.nodeid, "-p", "no:xdist", "--subject", item.config.getoption("subject")]
+    command = ["-m", "pytest", item.nodeid, "-p", "no:xdist", "--subject", item.config.getoption("subject")]
     command += ["--hypothesis-profile", session.profile]
     path = records.write_test_record(
         session.results,
         {
             "nodeid": item.nodeid,
             **{k: props.get(k) for k in ("contract", "backend", "hardware")},
-            "command": shlex.join(command),
+            "command": repro.shell_command(command),
         },
     )
     yield

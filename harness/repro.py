@@ -56,17 +56,24 @@ class Reproduction:
         return [*parts, "--config", json.dumps(self.config, sort_keys=True)]
 
     def command(self) -> str:
-        """The one-line shell command, run from the suite's checkout."""
-        return " ".join(shlex.quote(p) for p in ["python", "-m", "harness.repro", *self.argv()])
+        """The one-line shell command, run from the suite's checkout by the running interpreter."""
+        return shell_command(["-m", "harness.repro", *self.argv()])
 
     def script(self, nodeid: str) -> str:
-        """A standalone script: ``python THIS_FILE`` from the checkout raises as the example did."""
+        """A standalone script: ``python THIS_FILE`` from the checkout raises as the example did.
+
+        The test id and the arguments are embedded as Python literals (``repr``), never pasted
+        into the docstring or the code: a subject spec or parameter id holding quotes or triple quotes
+        stays data.
+        """
         return (
-            f'"""Reproduction of {nodeid} (subject {self.subject}).\n\n'
+            '"""Reproduction of one failing example of the fp4-conformance suite.\n\n'
             "Run it from the fp4-conformance checkout (or with the suite installed): python path/to/this_file.py\n"
             'It raises as the failing example did."""\n\n'
             "import os\nimport sys\n\nsys.path.insert(0, os.getcwd())\n\n"
             "from harness.repro import main\n\n"
+            f"TEST = {nodeid!r}\n"
+            f"SUBJECT = {self.subject!r}\n\n"
             f"main({self.argv()!r})\n"
         )
 
@@ -76,14 +83,21 @@ class Reproduction:
         return slug(f"{Path(module).stem}__{test}")[:120] + ".py"
 
 
+def shell_command(args: list[str]) -> str:
+    """``args`` run by this interpreter (``sys.executable``, not whatever ``python`` is on the
+    reader's ``PATH``), each word shell-quoted: pasted into a POSIX shell it runs as given."""
+    return shlex.join([sys.executable, *args])
+
+
 def slug(text: str) -> str:
     """``text`` with every run of characters other than letters, digits, ``-``, ``.`` as ``_``."""
     return re.sub(r"[^A-Za-z0-9.-]+", "_", text).strip("_")
 
 
 def subject_folder(results: Path, subject: str) -> Path:
-    """Where the scripts of ``subject``'s failures go: ``RESULTS/repro/<subject slug>``."""
-    return results / "repro" / slug(subject)
+    """Where the scripts of ``subject``'s failures go: ``RESULTS/repro/<subject slug>`` (its first
+    120 characters: a folder name has at most 255 bytes)."""
+    return results / "repro" / slug(subject)[:120]
 
 
 def write_script(results: Path, nodeid: str, repro: Reproduction, suffix: str = "") -> Path:
@@ -93,7 +107,7 @@ def write_script(results: Path, nodeid: str, repro: Reproduction, suffix: str = 
     path = folder / repro.script_name(nodeid)
     if suffix:
         path = path.with_name(f"{path.stem}-{suffix}.py")
-    path.write_text(repro.script(nodeid))
+    path.write_text(repro.script(nodeid), encoding="utf-8")
     return path
 
 

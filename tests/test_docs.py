@@ -12,11 +12,12 @@ and versions, and every test a document names exists.
 from __future__ import annotations
 
 import re
-import subprocess
 from functools import cache
 from pathlib import Path
 
 import pytest
+
+from harness.checkout import project_files
 
 ROOT = Path(__file__).resolve().parent.parent
 DOCS = ROOT / "docs"
@@ -31,17 +32,11 @@ _ROW_ID = re.compile(r"^\| ([A-Z]\d+) \|", re.MULTILINE)
 
 @cache
 def tracked_text_files() -> tuple[Path, ...]:
-    """Files git tracks (or, outside a checkout, every non-hidden file), minus binaries."""
-    try:
-        out = subprocess.run(
-            ["git", "ls-files", "-z"], cwd=ROOT, capture_output=True, check=True, text=True
-        ).stdout.split("\0")
-        paths = [ROOT / p for p in out if p]
-    except (OSError, subprocess.CalledProcessError):
-        paths = [
-            p for p in ROOT.rglob("*") if p.is_file() and not any(s.startswith(".") for s in p.relative_to(ROOT).parts)
-        ]
-    return tuple(p for p in paths if p.is_file() and p.suffix in {".py", ".md", ".sh", ".toml", ".txt", ""})
+    """The project's files (git's list, or in a copy without ``.git`` a walk of the tree:
+    :func:`harness.checkout.project_files`), minus binaries."""
+    return tuple(
+        p for p in project_files(ROOT) if p.is_file() and p.suffix in {".py", ".md", ".sh", ".toml", ".txt", ""}
+    )
 
 
 @cache

@@ -109,6 +109,39 @@ def test_bad_redis_url_is_refused(url: str) -> None:
         database.open_database(url)
 
 
+PASSWORD = "s3cret-Pw"
+
+
+@pytest.mark.parametrize(
+    ("url", "shown"),
+    [
+        (f"redis://:{PASSWORD}@h:6379/0", "redis://:***@h:6379/0"),
+        (f"rediss://fleet:{PASSWORD}@h/2", "rediss://fleet:***@h/2"),
+        (f"redis://h:6379/0?password={PASSWORD}&socket_timeout=3", "redis://h:6379/0?password=***&socket_timeout=3"),
+        ("redis://h:6379/0", "redis://h:6379/0"),
+        ("/var/cache/fp4-db", "/var/cache/fp4-db"),
+    ],
+)
+def test_redacted_url_hides_the_password(url: str, shown: str) -> None:
+    assert database.redacted(url) == shown
+
+
+@pytest.mark.parametrize(
+    "url",
+    [
+        f"redis://:{PASSWORD}@/0",  # no host
+        f"redis://:{PASSWORD}@localhost:port/0",  # bad port
+        f"redis://:{PASSWORD}@localhost:6379/x",  # bad database number
+        f"redis://user:{PASSWORD}@127.0.0.1:1/0?password={PASSWORD}",  # unreachable
+    ],
+)
+def test_database_errors_never_show_the_password(url: str) -> None:
+    pytest.importorskip("redis", reason="needs the redis client (pip install 'hypothesis[redis]')")
+    with pytest.raises(database.DatabaseError) as info:
+        database.open_database(url)
+    assert PASSWORD not in str(info.value) and "***" in str(info.value), str(info.value)
+
+
 def _free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
@@ -159,6 +192,13 @@ def redis_url(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     finally:
         server.terminate()
         server.wait(timeout=10)
+
+
+def test_wrong_redis_password_is_refused_without_showing_it(redis_url: str) -> None:
+    """The server has no password: AUTH with one fails, and neither message shows it."""
+    with pytest.raises(database.DatabaseError, match="does not answer") as info:
+        database.open_database(redis_url.replace("redis://", f"redis://fleet:{PASSWORD}@"))
+    assert PASSWORD not in str(info.value) and "***" in str(info.value), str(info.value)
 
 
 def _redis_members(url: str) -> set[tuple[bytes, bytes]]:

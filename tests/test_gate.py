@@ -19,7 +19,7 @@ from pathlib import Path
 import pytest
 
 from harness import records, report
-from tests.test_plugin import in_parallel
+from tests.test_plugin import REPRO, in_parallel
 
 ROOT = Path(__file__).resolve().parent.parent
 ROW = {"contract": "mxfp4_moe", "backend": "marlin", "hardware": "cpu", "passed": 3, "failed": 0, "skipped": 1,
@@ -261,7 +261,7 @@ def test_serial_segfault_leaves_a_failing_record_and_a_held_folder_is_refused(tm
     )
     held.close()
     assert died.returncode == -11, died.stdout[-3000:]  # SIGSEGV
-    _died_in_its_test(tmp_path, folder, "python -m harness.repro test_dying:check_dies --subject builtin")
+    _died_in_its_test(tmp_path, folder, f"{REPRO} test_dying:check_dies --subject builtin")
     out = refused.stdout + refused.stderr
     assert refused.returncode == 4 and "passed" not in out, out[-3000:]
     assert f"--results '{tmp_path / 'held'}' is in use by another run (pid {os.getpid()}" in refused.stderr
@@ -276,4 +276,4 @@ def test_serial_hang_past_the_time_limit_leaves_a_failing_record(tmp_path: Path)
     folder = tmp_path / "results"
     died = run_module(tmp_path, folder, "--example-time-limit", "1", probe="hang")
     assert died.returncode == 1 and "passed" not in died.stdout, died.stdout[-3000:]  # faulthandler ended it
-    _died_in_its_test(tmp_path, folder, "python -m harness.repro test_dying:check_dies --subject builtin")
+    _died_in_its_test(tmp_path, folder, f"{REPRO} test_dying:check_dies --subject builtin")

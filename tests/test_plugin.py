@@ -26,6 +26,7 @@ from harness.repro import Reproduction
 from subjects.registry import SubjectError, backends, known_bad, resolve
 
 ROOT = Path(__file__).resolve().parent.parent
+REPRO = repro.shell_command(["-m", "harness.repro"])  # the running interpreter, shell-quoted
 NVFP4 = "conformance/test_nvfp4_moe.py"
 T = TypeVar("T")
 
@@ -194,7 +195,7 @@ def test_known_bad_failure_writes_a_reproduction_that_fails_the_same_way(tmp_pat
         tmp_path=tmp_path,
     )
     assert result.returncode == 1, result.stdout[-3000:]
-    assert "reproduce: python -m harness.repro conformance.test_nvfp4_moe:check_padding_invariance" in result.stdout
+    assert f"reproduce: {REPRO} conformance.test_nvfp4_moe:check_padding_invariance" in result.stdout
     scripts = list((tmp_path / "results" / "repro" / "bad-end-padding").glob("*.py"))
     assert len(scripts) == 1
     rerun = subprocess.run([sys.executable, str(scripts[0])], cwd=ROOT, capture_output=True, text=True, timeout=300)
@@ -238,7 +239,7 @@ def test_reproduction_command_round_trips(subject_path: str | None) -> None:
         subject_path,
     )
     argv = shlex.split(r.command())
-    assert argv[:4] == ["python", "-m", "harness.repro", r.check]
+    assert argv[:4] == [sys.executable, "-m", "harness.repro", r.check]
     assert repro.parse(argv[3:]) == r
     bare = Reproduction(r.check, "builtin", None, {})
     assert repro.parse(bare.argv()) == bare
@@ -307,7 +308,7 @@ def test_worker_crash_is_reported_with_its_reproduction(tmp_path: Path) -> None:
     out = result.stdout + result.stderr
     assert result.returncode == 1, out[-3000:]
     assert "1 failed, 1 passed" in out, out[-3000:]
-    assert "worker crashed during this example; reproduce: python -m harness.repro" in out, out[-3000:]
+    assert f"worker crashed during this example; reproduce: {REPRO}" in out, out[-3000:]
     assert list((tmp_path / "results" / "repro" / "builtin").glob("*-crash.py"))
     rows = json.loads((tmp_path / "results" / "summary.json").read_text())
     assert [(r["contract"], r["backend"], r["passed"], r["failed"]) for r in rows] == [("nvfp4_moe", "-", 1, 1)]
@@ -393,7 +394,7 @@ def test_generated_tests_run_parametrized_and_filtered_by_backend(tmp_path: Path
     assert marlin.returncode == 1, out[-3000:]
     assert f"1 failed, 1 passed, {len(want) - 2} deselected" in out, out[-3000:]
     assert "AssertionError: n = 99 is large" in out
-    assert "reproduce: python -m harness.repro test_generated:check_small --subject builtin --backend marlin" in out
+    assert f"reproduce: {REPRO} test_generated:check_small --subject builtin --backend marlin" in out
 
 
 @pytest.mark.long(57)

@@ -2,7 +2,11 @@
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
 from dataclasses import replace
+from pathlib import Path
 
 import pytest
 from hypothesis import Phase, example, given, settings
@@ -10,12 +14,16 @@ from hypothesis import Phase, example, given, settings
 from backends.nvfp4_moe import Nvfp4MoeBackend
 from conformance.test_nvfp4_moe import check_flashinfer_accepts, check_padding_invariance
 from contracts.moe import AlignedMoe
+from harness import repro
+from harness.repro import Reproduction
 from harness.runner import active, reported_reproduction, run_check
 from strategies.moe import moe_shapes, pinned_shape
 from subjects.nvfp4_moe import BuiltinNvfp4MoeAlignment, GatedPad16Alignment
+from tests.test_plugin import in_parallel
 
 GEMMA_TP4 = pinned_shape("gemma-4-26b-a4b", 4)  # I = 176: both pins fail under the pad-16 policy
 GLM_AIR_TP8 = pinned_shape("glm-4.5-air", 8)
+ROOT = Path(__file__).resolve().parent.parent
 
 
 def test_reported_reproduction_is_the_example_hypothesis_reports() -> None:
@@ -56,3 +64,39 @@ def test_nan_in_padding_fails_as_changed_output() -> None:
     """NaN reaching the reference's re-quantization reads as the property's own failure."""
     with pytest.raises(AssertionError, match=r"^padding changed the MoE output \(I 176 -> 192.*\): NaN"):
         check_padding_invariance(GEMMA_TP4, Nvfp4MoeBackend.FLASHINFER_TRTLLM, NanScalePadding())
+
+
+LAYOUT = "conformance.test_nvfp4_moe:check_layout_contract"
+
+
+@pytest.mark.long(14)
+def test_printed_command_runs_as_pasted_without_python_on_the_path(tmp_path: Path) -> None:
+    """The ``reproduce:`` line names the running interpreter: pasted into a shell whose ``PATH``
+    has no ``python`` at all, it still runs the check (and this one passes)."""
+    command = Reproduction(LAYOUT, "builtin", "flashinfer-cutlass", GEMMA_TP4.to_dict()).command()
+    env = {**os.environ, "PATH": str(tmp_path)}  # an empty folder: no python, no shell tools
+    ran = subprocess.run(["/bin/sh", "-c", command], cwd=ROOT, env=env, capture_output=True, text=True, timeout=300)
+    assert ran.returncode == 0, ran.stdout + ran.stderr[-2000:]
+    assert "passed: the check did not fail" in ran.stdout
+
+
+HOSTILE = 'x"""; open({mark!r}, "w"); """ \' $(touch {mark}) `touch {mark}`'
+
+
+@pytest.mark.long(14)
+def test_a_hostile_subject_spec_stays_data_in_the_command_and_the_script(tmp_path: Path) -> None:
+    """A subject spec holding triple quotes, quotes and shell syntax runs no code from either the
+    printed command or the written script: both hand the spec, unchanged, to the subject lookup."""
+    mark = tmp_path / "injected"
+    subject = HOSTILE.format(mark=str(mark))
+    r = Reproduction(LAYOUT, subject, "flashinfer-cutlass", GEMMA_TP4.to_dict())
+    script = repro.write_script(tmp_path / "results", "test_x.py::test_y[a\"b'c]", r)
+    compile(script.read_text(encoding="utf-8"), str(script), "exec")
+    runs = [["/bin/sh", "-c", r.command()], [sys.executable, str(script)]]
+    done = in_parallel(
+        *[lambda a=a: subprocess.run(a, cwd=ROOT, capture_output=True, text=True, timeout=300) for a in runs]
+    )
+    for argv, ran in zip(runs, done, strict=True):
+        assert ran.returncode != 0 and not mark.exists(), f"{argv}: code ran from the subject spec"
+        assert "SyntaxError" not in ran.stderr, ran.stderr[-2000:]
+        assert subject in ran.stderr or repr(subject) in ran.stderr, ran.stderr[-2000:]

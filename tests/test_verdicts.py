@@ -27,12 +27,15 @@ from pathlib import Path
 import pytest
 
 from harness.plugin import session_pin
+from harness.repro import shell_command
 from strategies.pins import Pin
 
 ROOT = Path(__file__).resolve().parent.parent
+REPRO = shell_command(["-m", "harness.repro"])  # the running interpreter, shell-quoted
 NVFP4 = "conformance/test_nvfp4_moe.py"
 SHARED = "conformance/test_shared_expert.py"
 CUTLASS_PADDING = ["-k", "padding_invariance and flashinfer-cutlass"]
+PASSWORD = "s3cret-Pw"  # a Redis password that no message may show
 
 PROBES = '''
 import ctypes
@@ -274,12 +277,28 @@ def test_example_database_that_is_a_file_is_a_usage_error(tmp_path: Path, how: s
         pytest.param(
             ["--subject", "fp4_probes:factory_raises"], {}, "RuntimeError: engine config file not found", id="factory"
         ),
+        pytest.param(["--example-time-limit", "-1"], {}, "--example-time-limit -1: give the seconds", id="limit-neg"),
+        pytest.param(["--example-time-limit", "nan"], {}, "--example-time-limit nan: give the seconds", id="limit-nan"),
+        pytest.param(
+            ["--hypothesis-profile", "nightly", "--fp4-db", f"redis://:{PASSWORD}@127.0.0.1:6379/x"],
+            {},
+            "'redis://:***@127.0.0.1:6379/x': the port and the database number must be integers",
+            id="db-number",
+        ),
+        pytest.param(
+            ["--hypothesis-profile", "nightly"],
+            {"FP4_DB": f"redis://:{PASSWORD}@127.0.0.1:1/0"},
+            "Redis example database redis://:***@127.0.0.1:1/0 does not answer",
+            id="db-unreachable-env",
+        ),
     ],
 )
 def test_bad_input_is_a_one_line_usage_error(
     tmp_path: Path, probes: Path, args: list[str], env: dict[str, str], message: str
 ) -> None:
-    one_line_usage_error(run_pytest(SHARED, *args, tmp_path=tmp_path, path=probes, env=env), message)
+    result = run_pytest(SHARED, *args, tmp_path=tmp_path, path=probes, env=env)
+    one_line_usage_error(result, message)
+    assert PASSWORD not in result.stdout + result.stderr, "the database password was printed"
 
 
 # --- 9. per-example time limit -----------------------------------------------------------------------
@@ -308,7 +327,7 @@ def test_uninterruptible_hang_ends_the_worker_with_its_reproduction(tmp_path: Pa
     )  # fmt: skip
     out = result.stdout + result.stderr
     assert result.returncode == 1, out[-3000:]
-    assert "worker crashed during this example; reproduce: python -m harness.repro" in out, out[-3000:]
+    assert f"worker crashed during this example; reproduce: {REPRO}" in out, out[-3000:]
     assert list((tmp_path / "results" / "repro" / "fp4_probes_stuck").glob("*-crash.py"))
 
 
@@ -339,7 +358,7 @@ def test_junit_and_scripts_of_an_external_subject(tmp_path: Path, probes: Path) 
     cases = ET.parse(junit).getroot().iter("testcase")
     props = {p.get("name"): p.get("value") for case in cases for p in case.iter("property")}
     assert props["reproduce"].startswith(
-        "python -m harness.repro conformance.test_nvfp4_moe:check_padding_invariance --subject fp4_probes:end_padding"
+        f"{REPRO} conformance.test_nvfp4_moe:check_padding_invariance --subject fp4_probes:end_padding"
     ), props
     assert f"--subject-path {probes}" in props["reproduce"]
     assert (other / "kept.py").exists(), "another subject's scripts were removed"
