@@ -145,15 +145,17 @@ def relayout_moe(weights: MoeWeights, layout: Fc1Layout) -> MoeWeights:
 
 def cut_hidden(weights: MoeWeights, hidden: int) -> MoeWeights:
     """``weights`` with the hidden dimension cut back to ``hidden`` (FC1 columns and their scales, FC2 rows
-    and their scales, ``w2_bias``): an engine's buffer read back where it pads the hidden size."""
+    and their scales, ``w2_bias``): an engine's buffer read back where it pads the hidden size. A cut tensor is
+    a contiguous copy (a result's tensors are contiguous, :mod:`harness.hygiene`); an uncut one is returned
+    as it is."""
     g = weights.block
     return replace(
         weights,
-        w13=weights.w13[..., : hidden // 2],
-        w13_scale=weights.w13_scale[..., : hidden // g],
-        w2=weights.w2[..., :hidden, :],
-        w2_scale=weights.w2_scale[..., :hidden, :],
-        w2_bias=None if weights.w2_bias is None else weights.w2_bias[..., :hidden],
+        w13=weights.w13[..., : hidden // 2].contiguous(),
+        w13_scale=weights.w13_scale[..., : hidden // g].contiguous(),
+        w2=weights.w2[..., :hidden, :].contiguous(),
+        w2_scale=weights.w2_scale[..., :hidden, :].contiguous(),
+        w2_bias=None if weights.w2_bias is None else weights.w2_bias[..., :hidden].contiguous(),
     )
 
 

@@ -215,7 +215,8 @@ def _guarded_call(proxy: _Guarded, name: str, args: tuple[Any, ...], kwargs: dic
     before = snapshot(named)
     seed = _second_seed(label, before)
     first, error = _outcome(target, args, kwargs, label, before, history)
-    history.add(f"{label}'s earlier input", named, "")
+    for arg, value in named.items():
+        history.add(f"{label}'s earlier input", value, arg)
     if error is None:
         _check_result(label, named, first, history)
         history.add(f"{label}'s earlier result", first, "result")

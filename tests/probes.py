@@ -70,14 +70,15 @@ class FlakyEndPadding(BuiltinNvfp4MoeAlignment):
 
 
 class ScribblesOnLastInput(BuiltinNvfp4MoeAlignment):
-    """Keeps each call's weights and zeroes the first FC1 row of the kept ones on its next call (a buffer it
-    took for scratch space); pads correctly. No call writes to the tensors the property checks against."""
+    """Keeps each call's weights and zeroes the first FC1 row of the kept ones on its next call with other
+    weights (a buffer it took for scratch space); pads correctly. No call writes to the tensors it is given,
+    nor to any the property reads afterwards."""
 
     def __init__(self) -> None:
         self.last: MoeWeights | None = None
 
     def align_moe(self, backend: Nvfp4MoeBackend, weights: MoeWeights, gated: bool) -> AlignedMoe:
-        if self.last is not None:
+        if self.last is not None and self.last is not weights:
             self.last.w13[:, 0].zero_()
         self.last = weights
         return super().align_moe(backend, weights, gated)
