@@ -22,7 +22,7 @@ from typing import Protocol, runtime_checkable
 
 import torch
 
-from reference.layouts import Fc1Layout, relayout_fc1
+from reference.layouts import Fc1Layout, relayout_fc1, split_fc1
 from reference.padding import pad_dim, pad_fused_rows
 
 NVFP4_MOE = "nvfp4_moe"
@@ -59,6 +59,9 @@ class MoeWeights:
     def intermediate_size(self) -> int:
         return 2 * self.w2.shape[2]
 
+
+FC1_TENSORS = ("w13", "w13_scale", "w13_bias")
+"""The :class:`MoeWeights` fields whose rows are in ``fc1_layout`` (gated: gate and up projections fused)."""
 
 TENSOR_DTYPES = {
     "w13": torch.uint8,
@@ -97,20 +100,35 @@ def _pad_fc1(x: torch.Tensor, f: int, layout: Fc1Layout, padded_intermediate: in
     return pad_fused_rows(x, f, padded_intermediate)
 
 
+def owned(result: torch.Tensor | None, given: torch.Tensor | None) -> torch.Tensor | None:
+    """``result``, copied if it shares storage with ``given`` (padding that added nothing returns its input or
+    a view of it): a policy's result never shares storage with its inputs (the guard's rule,
+    :mod:`harness.hygiene`)."""
+    shares = (
+        result is not None
+        and given is not None
+        and result.untyped_storage().data_ptr() == given.untyped_storage().data_ptr()
+    )
+    return result.clone(memory_format=torch.contiguous_format) if shares else result
+
+
 def pad_moe(weights: MoeWeights, gated: bool, padded_intermediate: int, padded_hidden: int) -> AlignedMoe:
     """Zero-pad to ``(Ip, Hp)``: FC1 rows per half (at the end of row-interleaved pairs), FC1's hidden
-    columns, FC2 rows and FC2's K; ``w13_bias`` like FC1 rows, ``w2_bias`` at its end."""
+    columns, FC2 rows and FC2's K; ``w13_bias`` like FC1 rows, ``w2_bias`` at its end. Every tensor is new
+    (:func:`owned`), even where nothing is added."""
     f = 2 if gated else 1
     ip, hp, block, layout = padded_intermediate, padded_hidden, weights.block, weights.fc1_layout
+    b13 = None if weights.w13_bias is None else _pad_fc1(weights.w13_bias[..., None], f, layout, ip)[..., 0]
+    padded = {
+        "w13": pad_dim(_pad_fc1(weights.w13, f, layout, ip), -1, hp // 2),
+        "w13_scale": pad_dim(_pad_fc1(weights.w13_scale, f, layout, ip), -1, hp // block),
+        "w2": pad_dim(pad_dim(weights.w2, -2, hp), -1, ip // 2),
+        "w2_scale": pad_dim(pad_dim(weights.w2_scale, -2, hp), -1, ip // block),
+        "w13_bias": b13,
+        "w2_bias": None if weights.w2_bias is None else pad_dim(weights.w2_bias, -1, hp),
+    }
     w = MoeWeights(
-        w13=pad_dim(_pad_fc1(weights.w13, f, layout, ip), -1, hp // 2),
-        w13_scale=pad_dim(_pad_fc1(weights.w13_scale, f, layout, ip), -1, hp // block),
-        w2=pad_dim(pad_dim(weights.w2, -2, hp), -1, ip // 2),
-        w2_scale=pad_dim(pad_dim(weights.w2_scale, -2, hp), -1, ip // block),
-        block=block,
-        fc1_layout=layout,
-        w13_bias=None if weights.w13_bias is None else _pad_fc1(weights.w13_bias[..., None], f, layout, ip)[..., 0],
-        w2_bias=None if weights.w2_bias is None else pad_dim(weights.w2_bias, -1, hp),
+        **{name: owned(t, getattr(weights, name)) for name, t in padded.items()}, block=block, fc1_layout=layout
     )
     return AlignedMoe(w, ip, hp)
 
@@ -136,13 +154,50 @@ def select_experts(weights: MoeWeights, experts: Sequence[int]) -> MoeWeights:
 
 def cut_hidden(weights: MoeWeights, hidden: int) -> MoeWeights:
     """``weights`` with the hidden dimension cut back to ``hidden`` (FC1 columns and their scales, FC2 rows
-    and their scales, ``w2_bias``): an engine's buffer read back where it pads the hidden size."""
+    and their scales, ``w2_bias``): an engine's buffer read back where it pads the hidden size. A cut tensor is
+    a contiguous copy (a result's tensors are contiguous, :mod:`harness.hygiene`); an uncut one is returned
+    as it is."""
     g = weights.block
     return replace(
         weights,
-        w13=weights.w13[..., : hidden // 2],
-        w13_scale=weights.w13_scale[..., : hidden // g],
-        w2=weights.w2[..., :hidden, :],
-        w2_scale=weights.w2_scale[..., :hidden, :],
-        w2_bias=None if weights.w2_bias is None else weights.w2_bias[..., :hidden],
+        w13=weights.w13[..., : hidden // 2].contiguous(),
+        w13_scale=weights.w13_scale[..., : hidden // g].contiguous(),
+        w2=weights.w2[..., :hidden, :].contiguous(),
+        w2_scale=weights.w2_scale[..., :hidden, :].contiguous(),
+        w2_bias=None if weights.w2_bias is None else weights.w2_bias[..., :hidden].contiguous(),
     )
+
+
+def _fc1_dim(name: str) -> int:
+    return -1 if name == "w13_bias" else -2
+
+
+def _leads(src: torch.Tensor, dst: torch.Tensor) -> bool:
+    """``src`` is the leading corner of ``dst`` (same rank and dtype, ``dst`` at least as large)."""
+    if (
+        src.dtype != dst.dtype
+        or src.dim() != dst.dim()
+        or any(d < s for d, s in zip(dst.shape, src.shape, strict=True))
+    ):
+        return False
+    return bool(torch.equal(dst[tuple(slice(0, n) for n in src.shape)], src))
+
+
+def fc1_layouts_holding(source: MoeWeights, padded: MoeWeights, name: str) -> list[Fc1Layout]:
+    """The row orders in which gated FC1 tensor ``name`` of ``padded`` holds ``source``'s rows.
+
+    Layout ``L`` holds them when :func:`~reference.layouts.split_fc1` of ``padded.name`` in ``L`` gives a
+    gate and an up projection ``[..., Ip, C']`` whose leading ``[..., I, C]`` corners are ``source``'s gate
+    and up projections (split in ``source.fc1_layout``): zero padding at the end of each projection and of
+    the columns, as :func:`pad_moe` writes it. Empty when no layout does (mispaired or reshaped data) or a
+    tensor is missing; several when the data cannot tell them apart (for example ``I = 1``).
+    """
+    src, dst, dim = getattr(source, name), getattr(padded, name), _fc1_dim(name)
+    if src is None or dst is None or src.dim() != dst.dim() or src.shape[dim] % 2 or dst.shape[dim] % 2:
+        return []
+    gate_up = split_fc1(src, source.fc1_layout, dim)
+    return [
+        layout
+        for layout in Fc1Layout
+        if all(_leads(s, d) for s, d in zip(gate_up, split_fc1(dst, layout, dim), strict=True))
+    ]

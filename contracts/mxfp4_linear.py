@@ -55,7 +55,8 @@ class PreparedMxfp4Linear:
 
     ASM: ``weight`` is ``shuffle_weight`` (16, 16) of ``[N, K/2]`` (same shape), ``scale`` the
     unpadded swizzle, ``(N, K/32)``. Triton: ``weight`` unchanged, ``scale`` = ``scale.T`` stored
-    contiguous, ``(K/32, N)`` (the GEMM gets its ``.T`` view).
+    contiguous, ``(K/32, N)`` (the GEMM gets its ``.T`` view). Either way the tensors are the policy's own
+    (new storage, contiguous): the guard's rules, :mod:`harness.hygiene`.
     """
 
     path: enum.Enum

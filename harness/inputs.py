@@ -1,4 +1,4 @@
-"""Every protocol call leaves its inputs unchanged: one guard around the policy under test.
+"""Every protocol call leaves its inputs unchanged and obeys the result rules: one guard around the policy.
 
 A policy gets the suite's tensors (one rank's expert weights, a layer's weight and scale) and
 must treat them as read-only: an engine that writes into the checkpoint tensors it was handed
@@ -12,11 +12,22 @@ them :func:`guard_inputs` of the subject's policy, a proxy whose every public me
 2. calls the policy's method;
 3. raises :class:`InputModified` naming the method, the argument path (``weights.w13``) and the
    first changed element if any tensor's shape, dtype, strides or bytes changed, whether the
-   method returned or raised.
+   method returned or raised, and :class:`EarlierCallModified` if the call wrote to a tensor an
+   earlier call of the same guarded policy was given or returned (while anything still holds it:
+   the guard keeps weak references and byte copies, so a policy that keeps the previous call's
+   input and writes into it on its next call fails, and nothing is kept alive for the check);
+4. checks the result rules of :mod:`harness.hygiene` (no aliasing of inputs or of earlier calls'
+   tensors, contiguous tensors on the inputs' device, a true ``fc1_layout``);
+5. calls the method again with the same arguments under other global seeds of ``random``, NumPy and
+   torch (derived from the inputs' bytes and the current ``random`` state, so a reproduction of the
+   example draws the same ones) and raises :class:`~harness.hygiene.NonDeterministic` unless both
+   calls return equal results or raise the same exception type; every generator is put back, so the
+   property's own draws do not change. The first call's result (or exception) is what the caller gets.
 
 Bytes are compared, not values, so a NaN left in place counts as unchanged and ``-0.0``
-written over ``0.0`` counts as a change. Returned tensors may alias the inputs (the Triton
-layout keeps the weight as it is); only writes are failures.
+written over ``0.0`` counts as a change. Changes the caller makes between calls (a property
+editing its own tensors) are not the policy's: the byte copies of earlier calls' tensors are
+refreshed before each call.
 """
 
 from __future__ import annotations
@@ -24,16 +35,25 @@ from __future__ import annotations
 import dataclasses
 import functools
 import inspect
-from collections.abc import Callable, Iterator
+import random
+import weakref
+import zlib
+from collections.abc import Callable
 from typing import Any
 
 import torch
 
 from contracts.errors import GuardViolation
+from harness import hygiene
+from harness.hygiene import tensors
 
 
 class InputModified(GuardViolation):
     """A policy method wrote to (or resized) a tensor it was given."""
+
+
+class EarlierCallModified(GuardViolation):
+    """A policy method wrote to a tensor an earlier call of the same guarded policy was given or returned."""
 
 
 @dataclasses.dataclass(frozen=True)
@@ -49,50 +69,34 @@ def _bytes(t: torch.Tensor) -> torch.Tensor:
     return t.detach().reshape(-1).contiguous().view(torch.uint8).clone()
 
 
-def _tensors(value: Any, path: str) -> Iterator[tuple[str, torch.Tensor]]:
-    """``(path, tensor)`` for every tensor in ``value`` (dataclass fields, sequence items, dict values)."""
-    if isinstance(value, torch.Tensor):
-        yield path, value
-    elif dataclasses.is_dataclass(value) and not isinstance(value, type):
-        for f in dataclasses.fields(value):
-            yield from _tensors(getattr(value, f.name), f"{path}.{f.name}")
-    elif isinstance(value, (tuple, list)):
-        for i, item in enumerate(value):
-            yield from _tensors(item, f"{path}[{i}]")
-    elif isinstance(value, dict):
-        for key, item in value.items():
-            yield from _tensors(item, f"{path}[{key!r}]")
+def _take(t: torch.Tensor) -> _Snapshot:
+    return _Snapshot(t, tuple(t.shape), tuple(t.stride()), t.dtype, _bytes(t))
 
 
 def snapshot(args: dict[str, Any]) -> dict[str, _Snapshot]:
     """Snapshots of every tensor reachable from the named arguments ``args``."""
-    return {
-        path: _Snapshot(t, tuple(t.shape), tuple(t.stride()), t.dtype, _bytes(t))
-        for name, value in args.items()
-        for path, t in _tensors(value, name)
-    }
+    return {path: _take(t) for name, value in args.items() for path, t in tensors(value, name)}
+
+
+def _change(path: str, s: _Snapshot, t: torch.Tensor) -> str | None:
+    """How ``t`` differs from its snapshot ``s`` (``None``: unchanged)."""
+    if (tuple(t.shape), t.dtype, tuple(t.stride())) != (s.shape, s.dtype, s.stride):
+        return (
+            f"{path} was {list(s.shape)} {s.dtype} strides {s.stride}, now {list(t.shape)} {t.dtype} "
+            f"strides {tuple(t.stride())}"
+        )
+    now = _bytes(t)
+    if torch.equal(now, s.data):
+        return None
+    diff = (now != s.data).nonzero().flatten()
+    element = int(diff[0]) // t.element_size()
+    index = tuple(int(i) for i in torch.unravel_index(torch.tensor(element), s.shape)) if s.shape else ()
+    return f"{path} {list(s.shape)} {s.dtype}: {diff.numel()} byte(s) changed, first at element {list(index)}"
 
 
 def changes(before: dict[str, _Snapshot]) -> list[str]:
     """What changed in the snapshotted tensors since :func:`snapshot`, one line per tensor."""
-    problems = []
-    for path, s in before.items():
-        t = s.tensor
-        if (tuple(t.shape), t.dtype, tuple(t.stride())) != (s.shape, s.dtype, s.stride):
-            problems.append(
-                f"{path} was {list(s.shape)} {s.dtype} strides {s.stride}, now {list(t.shape)} {t.dtype} "
-                f"strides {tuple(t.stride())}"
-            )
-            continue
-        now = _bytes(t)
-        if not torch.equal(now, s.data):
-            diff = (now != s.data).nonzero().flatten()
-            element = int(diff[0]) // t.element_size()
-            index = tuple(int(i) for i in torch.unravel_index(torch.tensor(element), s.shape)) if s.shape else ()
-            problems.append(
-                f"{path} {list(s.shape)} {s.dtype}: {diff.numel()} byte(s) changed, first at element {list(index)}"
-            )
-    return problems
+    return [c for path, s in before.items() if (c := _change(path, s, s.tensor)) is not None]
 
 
 def raise_if_changed(label: str, before: dict[str, _Snapshot]) -> None:
@@ -105,6 +109,51 @@ def raise_if_changed(label: str, before: dict[str, _Snapshot]) -> None:
         )
 
 
+_NONE = torch.empty(0)  # a held snapshot keeps no strong reference to its tensor
+
+
+class _History:
+    """Weak references to, and byte copies of, the tensors earlier calls of one guarded policy were given or
+    returned; an entry goes when its tensor does."""
+
+    def __init__(self) -> None:
+        self._held: dict[int, tuple[weakref.ref[torch.Tensor], str, _Snapshot]] = {}
+
+    def add(self, what: str, value: Any, root: str) -> None:
+        self._alive()  # drops dead entries, whose ids a new tensor may reuse
+        for path, t in tensors(value, root):
+            if id(t) not in self._held:
+                self._held[id(t)] = (weakref.ref(t), f"{what} {path}", dataclasses.replace(_take(t), tensor=_NONE))
+
+    def _alive(self) -> list[tuple[int, torch.Tensor, str, _Snapshot]]:
+        alive = []
+        for key, (ref, what, s) in list(self._held.items()):
+            if (t := ref()) is None:
+                del self._held[key]
+            else:
+                alive.append((key, t, what, s))
+        return alive
+
+    def refresh(self) -> None:
+        """Take new copies of the tensors the caller changed since the last call (its own business)."""
+        for key, t, what, s in self._alive():
+            if _change(what, s, t) is not None:
+                self._held[key] = (self._held[key][0], what, dataclasses.replace(_take(t), tensor=_NONE))
+
+    def raise_if_changed(self, label: str) -> None:
+        """Raise :class:`EarlierCallModified` if a held tensor changed since :meth:`refresh`."""
+        problems = [c for _, t, what, s in self._alive() if (c := _change(what, s, t)) is not None]
+        if problems:
+            raise EarlierCallModified(
+                f"earlier call modified: {label} wrote to tensors an earlier call was given or returned (a policy "
+                "must not keep and reuse them): " + "; ".join(problems)
+            )
+
+    def storages(self) -> dict[tuple[torch.device, int], str]:
+        """Storage key -> what holds it, for every held tensor still alive."""
+        return {key: what for _, t, what, _ in self._alive() if (key := hygiene.storage_key(t)) is not None}
+
+
 def _named(method: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str, Any]) -> dict[str, Any]:
     """The call's arguments by parameter name (``weights``, not ``arg1``) where the signature says."""
     try:
@@ -113,16 +162,88 @@ def _named(method: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str, 
         return {**{f"arg{i}": a for i, a in enumerate(args)}, **kwargs}
 
 
+def _second_seed(label: str, before: dict[str, _Snapshot]) -> int:
+    """The seed of the second call: a function of the method, the inputs' bytes (their first MiB each) and
+    the ``random`` state, so it changes from example to example and a reproduction draws the same one."""
+    crc = zlib.crc32(label.encode())
+    for path, s in before.items():
+        crc = zlib.crc32(s.data[: 1 << 20].cpu().numpy().tobytes(), zlib.crc32(path.encode(), crc))
+    return (crc ^ hash(random.getstate())) & 0xFFFF_FFFF
+
+
+def _outcome(
+    target: Callable[..., Any], args: tuple, kwargs: dict, label: str, before: dict, history: _History
+) -> tuple[Any, Exception | None]:
+    """``(result, None)`` or ``(None, exception)`` of one call, after the input and earlier-call checks
+    (which take precedence over the method's own exception)."""
+    try:
+        return target(*args, **kwargs), None
+    except Exception as exc:  # noqa: BLE001 - the caller re-raises it after the determinism check
+        return None, exc
+    finally:
+        raise_if_changed(label, before)
+        history.raise_if_changed(label)
+
+
+def _check_result(label: str, named: dict[str, Any], result: Any, history: _History) -> None:
+    """The result rules of :mod:`harness.hygiene`, each raising its own :class:`GuardViolation`."""
+    given = [(path, t) for name, value in named.items() for path, t in tensors(value, name)]
+    inputs = {k: f"the input {path}" for path, t in given if (k := hygiene.storage_key(t)) is not None}
+    devices = {t.device for _, t in given}
+    checks = (
+        (hygiene.OutputAliased, "output aliased", "returned a tensor it does not own",
+         hygiene.aliasing(result, {**history.storages(), **inputs})),
+        (hygiene.OutputNotContiguous, "output not contiguous", "returned a strided view",
+         hygiene.placement(result, devices)[0]),
+        (hygiene.OutputOffDevice, "output off device", "returned a tensor on another device",
+         hygiene.placement(result, devices)[1]),
+        (hygiene.FalseLayoutDeclared, "false layout declared", "labels FC1 rows with a layout they are not in",
+         hygiene.declared_layouts(named, result)),
+    )  # fmt: skip
+    for error, title, what, problems in checks:
+        if problems:
+            raise error(f"{title}: {label} {what}: " + "; ".join(problems))
+
+
+def _guarded_call(proxy: _Guarded, name: str, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+    policy = object.__getattribute__(proxy, "_policy")
+    history: _History = object.__getattribute__(proxy, "_history")
+    target = getattr(policy, name)
+    label = f"{type(policy).__name__}.{name}"
+    named = _named(target, args, kwargs)
+    history.refresh()
+    before = snapshot(named)
+    seed = _second_seed(label, before)
+    first, error = _outcome(target, args, kwargs, label, before, history)
+    for arg, value in named.items():
+        history.add(f"{label}'s earlier input", value, arg)
+    if error is None:
+        _check_result(label, named, first, history)
+        history.add(f"{label}'s earlier result", first, "result")
+    with hygiene.reseeded(seed):
+        second, error2 = _outcome(target, args, kwargs, label, before, history)
+    if error2 is None:
+        _check_result(label, named, second, history)
+    if error is None and error2 is None:
+        problems = hygiene.differences(first, second, "result")
+    elif error is None or error2 is None or type(error) is not type(error2):
+        outcomes = [repr(e) if e is not None else "returned" for e in (error, error2)]
+        problems = [f"first call {outcomes[0]}, second call {outcomes[1]}"]
+    else:
+        problems = []
+    if problems:
+        raise hygiene.NonDeterministic(
+            f"non-deterministic: {label} gave another result for the same arguments under other random/NumPy/"
+            f"torch seeds (second call seed {seed}): " + "; ".join(problems)
+        )
+    if error is not None:
+        raise error
+    return first
+
+
 def _forward(name: str) -> Callable[..., Any]:
     def method(self: _Guarded, *args: Any, **kwargs: Any) -> Any:
-        policy = object.__getattribute__(self, "_policy")
-        target = getattr(policy, name)
-        label = f"{type(policy).__name__}.{name}"
-        before = snapshot(_named(target, args, kwargs))
-        try:
-            return target(*args, **kwargs)
-        finally:
-            raise_if_changed(label, before)
+        return _guarded_call(self, name, args, kwargs)
 
     method.__name__ = name
     return method
@@ -150,9 +271,10 @@ def _proxy_class(cls: type) -> type:
 
 
 def guard_inputs(policy: Any) -> Any:
-    """``policy`` behind the input check (None and already guarded policies are returned as they are)."""
+    """``policy`` behind the guard (None and already guarded policies are returned as they are)."""
     if policy is None or isinstance(policy, _Guarded):
         return policy
     proxy = object.__new__(_proxy_class(type(policy)))
     object.__setattr__(proxy, "_policy", policy)
+    object.__setattr__(proxy, "_history", _History())
     return proxy

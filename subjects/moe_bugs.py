@@ -5,7 +5,7 @@ A correct policy pads each FC1 gate/up half (:func:`contracts.moe.pad_moe`); the
 
 from __future__ import annotations
 
-from contracts.moe import AlignedMoe, MoeWeights, pad_moe
+from contracts.moe import AlignedMoe, MoeWeights, owned, pad_moe
 from reference.padding import pad_dim
 
 
@@ -18,13 +18,13 @@ def pad_fused_block_at_end(
     aligned = pad_moe(weights, gated, padded_intermediate, padded_hidden).weights
     rows = f * padded_intermediate
     w = MoeWeights(
-        w13=pad_dim(pad_dim(weights.w13, -2, rows), -1, padded_hidden // 2),
-        w13_scale=pad_dim(pad_dim(weights.w13_scale, -2, rows), -1, padded_hidden // block),
+        w13=owned(pad_dim(pad_dim(weights.w13, -2, rows), -1, padded_hidden // 2), weights.w13),
+        w13_scale=owned(pad_dim(pad_dim(weights.w13_scale, -2, rows), -1, padded_hidden // block), weights.w13_scale),
         w2=aligned.w2,
         w2_scale=aligned.w2_scale,
         block=block,
         fc1_layout=weights.fc1_layout,
-        w13_bias=None if weights.w13_bias is None else pad_dim(weights.w13_bias, -1, rows),
+        w13_bias=owned(None if weights.w13_bias is None else pad_dim(weights.w13_bias, -1, rows), weights.w13_bias),
         w2_bias=aligned.w2_bias,
     )
     return AlignedMoe(w, padded_intermediate, padded_hidden)

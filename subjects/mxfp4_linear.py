@@ -29,7 +29,9 @@ class BuiltinMxfp4Linear:
         return PreparedMxfp4Linear(AiterLinearPath.ASM, aiter_shuffle_weight(weight), swizzled)
 
     def prepare_triton_linear(self, weight: torch.Tensor, scale: torch.Tensor) -> PreparedMxfp4Linear:
-        return PreparedMxfp4Linear(AiterLinearPath.TRITON, weight, scale.T.contiguous())
+        return PreparedMxfp4Linear(
+            AiterLinearPath.TRITON, weight.clone(), scale.T.clone(memory_format=torch.contiguous_format)
+        )
 
     def process_mxfp4_linear_weights(
         self, weight: torch.Tensor, scale: torch.Tensor, asm_enabled: bool

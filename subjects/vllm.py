@@ -201,12 +201,13 @@ class VllmNvfp4MoeAlignment:
         e, h, i = weights.w13.shape[0], weights.hidden_size, weights.intermediate_size
         layer = _fake_layer(v, gated, h, i)
         ones = torch.ones(e)
-        # vLLM holds [w1 = gate; w3 = up] and swaps to FlashInfer's [up; gate] itself.
+        # vLLM holds [w1 = gate; w3 = up] and swaps to FlashInfer's [up; gate] itself. Its loader copies the
+        # checkpoint into the layer's own parameters: every tensor handed over here is a copy, never the caller's.
         w13 = swap_halves(weights.w13).contiguous() if gated else weights.w13.clone()
-        w13_scale = (swap_halves(weights.w13_scale) if gated else weights.w13_scale).contiguous()
+        w13_scale = swap_halves(weights.w13_scale).contiguous() if gated else weights.w13_scale.clone()
         args = (
             layer, w13, w13_scale.view(torch.float8_e4m3fn), ones, ones, weights.w2.clone(),
-            weights.w2_scale.view(torch.float8_e4m3fn).contiguous(), ones, ones,
+            weights.w2_scale.clone().view(torch.float8_e4m3fn), ones, ones,
         )  # fmt: skip
         member, per_token = VLLM_NVFP4_BACKENDS[backend]
         branches = {
@@ -261,7 +262,7 @@ class VllmNvfp4MoeAlignment:
             raise UnsupportedConfig(f"vLLM {member}: {exc.args}") from exc
         w13, w13_scale, _, _, w2, w2_scale, _, _ = (t.cpu() for t in out)
         rows, ip = w13.shape[1], 2 * w2.shape[2]
-        w13_scale = unswizzle_128x4(w13_scale.view(torch.uint8), rows, hidden // 16)
+        w13_scale = unswizzle_128x4(w13_scale.view(torch.uint8), rows, hidden // 16).contiguous()
         if gated:
             source = record(backend).fc1_layout
             w13, w13_scale = (
@@ -272,7 +273,7 @@ class VllmNvfp4MoeAlignment:
             w13=w13,
             w13_scale=w13_scale,
             w2=w2,
-            w2_scale=unswizzle_128x4(w2_scale.view(torch.uint8), hidden, ip // 16),
+            w2_scale=unswizzle_128x4(w2_scale.view(torch.uint8), hidden, ip // 16).contiguous(),
             block=16,
         )
         return AlignedMoe(aligned, ip, hidden)
@@ -291,7 +292,7 @@ class VllmNvfp4MoeAlignment:
             w13=w13[:, inverse],
             w13_scale=unswizzle_128x4(w13_scale.view(torch.uint8), rows, hp // 16)[:, inverse],
             w2=w2,
-            w2_scale=unswizzle_128x4(w2_scale.view(torch.uint8), hp, ip // 16),
+            w2_scale=unswizzle_128x4(w2_scale.view(torch.uint8), hp, ip // 16).contiguous(),
             block=16,
         )
         return AlignedMoe(aligned, ip, hp)
@@ -302,12 +303,12 @@ class VllmNvfp4MoeAlignment:
             out = v.b12x_moe.prepare_nvfp4_moe_layer_for_b12x(*args[1:], is_act_and_mul=gated, reorder_w13=False)
         w13, w13_scale, _, _, w2, w2_scale, _, _ = (t.cpu() for t in out)
         rows, ip = w13.shape[1], 2 * w2.shape[2]
-        w13_scale = unswizzle_128x4(w13_scale.view(torch.uint8), rows, hidden // 16)
+        w13_scale = unswizzle_128x4(w13_scale.view(torch.uint8), rows, hidden // 16).contiguous()
         aligned = MoeWeights(
             w13=swap_halves(w13) if gated else w13,
             w13_scale=swap_halves(w13_scale) if gated else w13_scale,
             w2=w2,
-            w2_scale=unswizzle_128x4(w2_scale.view(torch.uint8), hidden, ip // 16),
+            w2_scale=unswizzle_128x4(w2_scale.view(torch.uint8), hidden, ip // 16).contiguous(),
             block=16,
         )
         return AlignedMoe(aligned, ip, hidden)

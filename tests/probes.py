@@ -2,23 +2,26 @@
 verdict of the suite is right both ways.
 
 Each probe is importable as an external subject (``--subject tests.probes:NAME``) and is used by
-the self-tests of the contract-level rules (inputs unchanged, dtypes, pad values, real layer
-shapes, documented kernel defects).
+the self-tests of the contract-level rules (inputs unchanged, determinism and result hygiene, dtypes,
+pad values, real layer shapes, documented kernel defects).
 """
 
 from __future__ import annotations
 
 import dataclasses
 import enum
+import random
 
+import numpy as np
 import torch
 
 from adapters.flashinfer_moe_kernels import flashinfer_padded
 from backends.nvfp4_moe import Nvfp4MoeBackend
 from contracts.moe import AlignedMoe, MoeAlignment, MoeWeights
 from contracts.mxfp4_linear import PreparedMxfp4Linear
+from reference.layouts import Fc1Layout
 from subjects.mxfp4_linear import BuiltinMxfp4Linear
-from subjects.nvfp4_moe import BuiltinNvfp4MoeAlignment
+from subjects.nvfp4_moe import BuiltinNvfp4MoeAlignment, EndPaddingAlignment
 
 # --- inputs unchanged ------------------------------------------------------------------------------
 
@@ -40,6 +43,106 @@ class PadThenScribble(BuiltinNvfp4MoeAlignment):
         aligned = super().align_moe(backend, weights, gated)
         weights.w2_scale[0, 0, 0] ^= 0x01
         return aligned
+
+
+# --- determinism and result hygiene (harness.hygiene) --------------------------------------------------
+
+DRAWS = {
+    "random": random.random,
+    "numpy": lambda: float(np.random.random()),
+    "torch": lambda: float(torch.rand(())),
+}
+"""A draw in ``[0, 1)`` from each global generator a policy might use."""
+
+
+class FlakyEndPadding(BuiltinNvfp4MoeAlignment):
+    """Pads correctly, except on about one call in ten (a draw from the global generator ``source`` below
+    0.1), where it end-pads the fused FC1 block (vLLM #55649's mispairing). Hypothesis seeds ``random`` and
+    NumPy alike for every example, so every property draws the same value on its first call and passes."""
+
+    def __init__(self, source: str = "random") -> None:
+        self.source = source
+
+    def align_moe(self, backend: Nvfp4MoeBackend, weights: MoeWeights, gated: bool) -> AlignedMoe:
+        if DRAWS[self.source]() < 0.1:
+            return EndPaddingAlignment().align_moe(backend, weights, gated)
+        return super().align_moe(backend, weights, gated)
+
+
+class ScribblesOnLastInput(BuiltinNvfp4MoeAlignment):
+    """Keeps each call's weights and zeroes the first FC1 row of the kept ones on its next call with other
+    weights (a buffer it took for scratch space); pads correctly. No call writes to the tensors it is given,
+    nor to any the property reads afterwards."""
+
+    def __init__(self) -> None:
+        self.last: MoeWeights | None = None
+
+    def align_moe(self, backend: Nvfp4MoeBackend, weights: MoeWeights, gated: bool) -> AlignedMoe:
+        if self.last is not None and self.last is not weights:
+            self.last.w13[:, 0].zero_()
+        self.last = weights
+        return super().align_moe(backend, weights, gated)
+
+
+class ReusesResultBuffer(BuiltinNvfp4MoeAlignment):
+    """Pads correctly into one ``w2`` buffer it keeps and hands out again whenever the shape matches: a
+    second call overwrites the result of the first, which its caller still holds."""
+
+    def __init__(self) -> None:
+        self.w2: torch.Tensor | None = None
+
+    def align_moe(self, backend: Nvfp4MoeBackend, weights: MoeWeights, gated: bool) -> AlignedMoe:
+        aligned = super().align_moe(backend, weights, gated)
+        w2 = aligned.weights.w2
+        if self.w2 is None or self.w2.shape != w2.shape:
+            self.w2 = torch.empty_like(w2)
+        self.w2.copy_(w2)
+        return dataclasses.replace(aligned, weights=dataclasses.replace(aligned.weights, w2=self.w2))
+
+
+class StridedResult(BuiltinNvfp4MoeAlignment):
+    """Pads correctly but returns ``w2`` as a column slice of a wider buffer (an engine's over-allocated
+    scratch): right values, strides a kernel reading contiguous rows would misread."""
+
+    def align_moe(self, backend: Nvfp4MoeBackend, weights: MoeWeights, gated: bool) -> AlignedMoe:
+        aligned = super().align_moe(backend, weights, gated)
+        w2 = aligned.weights.w2
+        wide = w2.new_zeros(*w2.shape[:-1], w2.shape[-1] + 8)
+        wide[..., : w2.shape[-1]] = w2
+        return dataclasses.replace(aligned, weights=dataclasses.replace(aligned.weights, w2=wide[..., : w2.shape[-1]]))
+
+
+class ResultOnDevice(BuiltinNvfp4MoeAlignment):
+    """Pads correctly, then moves ``w2_scale`` to ``device`` (not the device of its inputs)."""
+
+    def __init__(self, device: str = "meta") -> None:
+        self.device = device
+
+    def align_moe(self, backend: Nvfp4MoeBackend, weights: MoeWeights, gated: bool) -> AlignedMoe:
+        aligned = super().align_moe(backend, weights, gated)
+        w = aligned.weights
+        return dataclasses.replace(aligned, weights=dataclasses.replace(w, w2_scale=w.w2_scale.to(self.device)))
+
+
+class MislabelledFc1(BuiltinNvfp4MoeAlignment):
+    """Pads correctly, FC1 rows still ``[up; gate]``, but declares ``fc1_layout = layout`` (the order a
+    B12X / vLLM CUTLASS kernel reads, as if the policy had swapped the halves). The ``nvfp4_moe``
+    properties read the rows as ``[up; gate]`` whatever the label says."""
+
+    def __init__(self, layout: Fc1Layout = Fc1Layout.GATE_UP) -> None:
+        self.layout = layout
+
+    def align_moe(self, backend: Nvfp4MoeBackend, weights: MoeWeights, gated: bool) -> AlignedMoe:
+        aligned = super().align_moe(backend, weights, gated)
+        return dataclasses.replace(aligned, weights=dataclasses.replace(aligned.weights, fc1_layout=self.layout))
+
+
+class PassesWeightThrough(BuiltinMxfp4Linear):
+    """The Triton layout with the caller's ``weight`` itself as the prepared weight (the built-in before
+    results had to own their tensors): the layer and the checkpoint share one buffer."""
+
+    def prepare_triton_linear(self, weight: torch.Tensor, scale: torch.Tensor) -> PreparedMxfp4Linear:
+        return dataclasses.replace(super().prepare_triton_linear(weight, scale), weight=weight)
 
 
 # --- dtypes ------------------------------------------------------------------------------------------

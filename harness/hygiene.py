@@ -1,0 +1,200 @@
+"""Rules every policy result obeys, checked by the guard around each protocol call (:mod:`harness.inputs`).
+
+* **Determinism** (:class:`NonDeterministic`): the guard calls each method twice, the second time under
+  other global seeds of Python's ``random``, NumPy and torch (:func:`reseeded`), and the two results must
+  be equal (:func:`differences`: tensors byte for byte, with dtype and shape, through dataclasses,
+  sequences and dicts; other values with ``==``). Hypothesis reseeds ``random`` for every example, so a
+  policy that draws from a global generator is wrong on the same examples in every run; only a second
+  call under other seeds shows it.
+* **No aliasing** (:class:`OutputAliased`): no returned tensor shares storage with a tensor the call was
+  given, nor with one an earlier call of the same guarded policy was given or returned while that tensor
+  is alive (a buffer reused across calls changes results the caller still holds).
+* **Placement** (:class:`OutputNotContiguous`, :class:`OutputOffDevice`): every returned tensor is
+  contiguous and on the device of the call's input tensors (the engines' loaders hand kernels contiguous
+  buffers on the layer's device).
+* **Declared layouts** (:class:`FalseLayoutDeclared`): a returned :class:`~contracts.moe.MoeWeights` of a
+  gated call declares the FC1 row order its data is in: where its FC1 tensors hold the input's gate and up
+  rows in some order (:func:`contracts.moe.fc1_layouts_holding`), ``fc1_layout`` names one of those.
+  Data in no layout is the padding properties' business, not this rule's.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import random
+import sys
+from collections.abc import Iterator
+from typing import Any
+
+import torch
+
+from contracts.errors import GuardViolation
+from contracts.moe import FC1_TENSORS, MoeWeights, fc1_layouts_holding
+
+
+class NonDeterministic(GuardViolation):
+    """Two calls with the same arguments under different global RNG seeds gave different results."""
+
+
+class OutputAliased(GuardViolation):
+    """A returned tensor shares storage with an input, or with an earlier call's input or output."""
+
+
+class OutputNotContiguous(GuardViolation):
+    """A returned tensor is not contiguous."""
+
+
+class OutputOffDevice(GuardViolation):
+    """A returned tensor is not on the device of the call's input tensors."""
+
+
+class FalseLayoutDeclared(GuardViolation):
+    """A returned :class:`~contracts.moe.MoeWeights` declares an ``fc1_layout`` its FC1 rows are not in."""
+
+
+def tensors(value: Any, path: str) -> Iterator[tuple[str, torch.Tensor]]:
+    """``(path, tensor)`` for every tensor in ``value`` (dataclass fields, sequence items, dict values)."""
+    if isinstance(value, torch.Tensor):
+        yield path, value
+    elif dataclasses.is_dataclass(value) and not isinstance(value, type):
+        for f in dataclasses.fields(value):
+            yield from tensors(getattr(value, f.name), f"{path}.{f.name}")
+    elif isinstance(value, (tuple, list)):
+        for i, item in enumerate(value):
+            yield from tensors(item, f"{path}[{i}]")
+    elif isinstance(value, dict):
+        for key, item in value.items():
+            yield from tensors(item, f"{path}[{key!r}]")
+
+
+def storage_key(t: torch.Tensor) -> tuple[torch.device, int] | None:
+    """Identity of ``t``'s storage (device, base address); ``None`` for a tensor that holds no bytes."""
+    if t.numel() == 0 or t.untyped_storage().nbytes() == 0:
+        return None
+    return t.device, t.untyped_storage().data_ptr()
+
+
+# --- determinism ---------------------------------------------------------------------------------------------
+
+
+def _bytes_differ(a: torch.Tensor, b: torch.Tensor) -> str | None:
+    if (a.dtype, tuple(a.shape)) != (b.dtype, tuple(b.shape)):
+        return f"{list(a.shape)} {a.dtype} vs {list(b.shape)} {b.dtype}"
+    x = a.detach().reshape(-1).contiguous().view(torch.uint8)
+    y = b.detach().reshape(-1).contiguous().view(torch.uint8).to(x.device)
+    if torch.equal(x, y):
+        return None
+    diff = (x != y).nonzero().flatten()
+    element = int(diff[0]) // max(1, a.element_size())
+    index = [int(i) for i in torch.unravel_index(torch.tensor(element), tuple(a.shape))] if a.dim() else []
+    return f"{list(a.shape)} {a.dtype}: {diff.numel()} byte(s) differ, first at element {index}"
+
+
+def differences(a: Any, b: Any, path: str) -> list[str]:
+    """Where results ``a`` and ``b`` differ, one line per differing leaf (tensors by bytes, dtype and shape)."""
+    if isinstance(a, torch.Tensor) or isinstance(b, torch.Tensor):
+        if not (isinstance(a, torch.Tensor) and isinstance(b, torch.Tensor)):
+            return [f"{path}: {type(a).__name__} vs {type(b).__name__}"]
+        problem = _bytes_differ(a, b)
+        return [] if problem is None else [f"{path} {problem}"]
+    if type(a) is not type(b):
+        return [f"{path}: {type(a).__name__} vs {type(b).__name__}"]
+    if dataclasses.is_dataclass(a) and not isinstance(a, type):
+        return [
+            d
+            for f in dataclasses.fields(a)
+            for d in differences(getattr(a, f.name), getattr(b, f.name), f"{path}.{f.name}")
+        ]
+    if isinstance(a, (tuple, list)):
+        if len(a) != len(b):
+            return [f"{path}: {len(a)} vs {len(b)} items"]
+        return [d for i, (x, y) in enumerate(zip(a, b, strict=True)) for d in differences(x, y, f"{path}[{i}]")]
+    if isinstance(a, dict):
+        if a.keys() != b.keys():
+            return [f"{path}: keys {sorted(map(repr, a))} vs {sorted(map(repr, b))}"]
+        return [d for k in a for d in differences(a[k], b[k], f"{path}[{k!r}]")]
+    return [] if a == b else [f"{path}: {a!r} vs {b!r}"]
+
+
+@dataclasses.dataclass(frozen=True)
+class _RngState:
+    python: Any
+    numpy: Any
+    torch: torch.Tensor
+    cuda: list[torch.Tensor] | None
+
+    @classmethod
+    def capture(cls) -> _RngState:
+        numpy = sys.modules.get("numpy")
+        cuda = torch.cuda.get_rng_state_all() if torch.cuda.is_initialized() else None
+        return cls(random.getstate(), numpy.random.get_state() if numpy else None, torch.get_rng_state(), cuda)
+
+    def restore(self) -> None:
+        random.setstate(self.python)
+        if self.numpy is not None:
+            sys.modules["numpy"].random.set_state(self.numpy)
+        torch.set_rng_state(self.torch)
+        if self.cuda is not None:
+            torch.cuda.set_rng_state_all(self.cuda)
+
+
+@contextlib.contextmanager
+def reseeded(seed: int) -> Iterator[None]:
+    """Seed Python's ``random``, NumPy's and torch's global generators (CPU and CUDA) with ``seed`` for the
+    block, then put every generator back in the state it had before: the caller's draws are unchanged."""
+    state = _RngState.capture()
+    random.seed(seed)
+    if state.numpy is not None:
+        sys.modules["numpy"].random.seed(seed % 2**32)
+    torch.manual_seed(seed)
+    try:
+        yield
+    finally:
+        state.restore()
+
+
+# --- result rules ----------------------------------------------------------------------------------------------
+
+
+def aliasing(result: Any, held: dict[tuple[torch.device, int], str]) -> list[str]:
+    """Returned tensors whose storage is one of ``held`` (storage key -> what holds it)."""
+    return [
+        f"{path} shares storage with {held[key]}"
+        for path, t in tensors(result, "result")
+        if (key := storage_key(t)) is not None and key in held
+    ]
+
+
+def placement(result: Any, devices: set[torch.device]) -> tuple[list[str], list[str]]:
+    """``(not contiguous, off device)``: returned tensors that are not contiguous, and (when the inputs'
+    tensors are all on one device) those on another device."""
+    strided, moved = [], []
+    device = next(iter(devices)) if len(devices) == 1 else None
+    for path, t in tensors(result, "result"):
+        if not t.is_contiguous():
+            strided.append(f"{path} {list(t.shape)} has strides {tuple(t.stride())}")
+        if device is not None and t.device != device:
+            moved.append(f"{path} is on {t.device}, its inputs on {device}")
+    return strided, moved
+
+
+def declared_layouts(args: dict[str, Any], result: Any) -> list[str]:
+    """For a gated call given :class:`MoeWeights` and returning them (``result`` or ``result.weights``): FC1
+    tensors whose rows hold the input's in some layouts, none of them the declared ``fc1_layout``."""
+    out = getattr(result, "weights", result)
+    if not isinstance(out, MoeWeights) or args.get("gated", True) is not True:
+        return []
+    problems = []
+    for name, source in args.items():
+        if not isinstance(source, MoeWeights):
+            continue
+        for field in FC1_TENSORS:
+            holding = fc1_layouts_holding(source, out, field)
+            if holding and out.fc1_layout not in holding:
+                problems.append(
+                    f"result{'.weights' if out is not result else ''}.{field} holds {name}'s gate/up rows in "
+                    f"{' or '.join(layout.value for layout in holding)} order, but fc1_layout says "
+                    f"{out.fc1_layout.value}"
+                )
+    return problems
