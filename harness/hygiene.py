@@ -15,7 +15,8 @@
 * **Declared layouts** (:class:`FalseLayoutDeclared`): a returned :class:`~contracts.moe.MoeWeights` of a
   gated call declares the FC1 row order its data is in: where its FC1 tensors hold the input's gate and up
   rows in some order (:func:`contracts.moe.fc1_layouts_holding`), ``fc1_layout`` names one of those.
-  Data in no layout is the padding properties' business, not this rule's.
+  Data in no layout is the padding properties' business, not this rule's. This rule raises an
+  ``AssertionError`` (an engine bug a ledger entry may name), the others :class:`GuardViolation`.
 """
 
 from __future__ import annotations
@@ -49,8 +50,13 @@ class OutputOffDevice(GuardViolation):
     """A returned tensor is not on the device of the call's input tensors."""
 
 
-class FalseLayoutDeclared(GuardViolation):
-    """A returned :class:`~contracts.moe.MoeWeights` declares an ``fc1_layout`` its FC1 rows are not in."""
+class FalseLayoutDeclared(AssertionError):
+    """A returned :class:`~contracts.moe.MoeWeights` declares an ``fc1_layout`` its FC1 rows are not in.
+
+    Unlike the other rules this one judges the weights, not the call: an engine adapter labels its buffers with
+    the order its kernel reads, so an engine that hands the kernel rows in another order (SGLang's ``deep_gemm``
+    branch with gpt-oss pairs) fails here, and a ledger entry naming that bug may expect it. So it is a property
+    failure (an ``AssertionError``), not a :class:`GuardViolation`."""
 
 
 def tensors(value: Any, path: str) -> Iterator[tuple[str, torch.Tensor]]:

@@ -55,7 +55,8 @@ def swizzle_128x4(scales: torch.Tensor) -> torch.Tensor:
 
 
 def unswizzle_128x4(swizzled: torch.Tensor, rows: int, cols: int) -> torch.Tensor:
-    """Inverse of :func:`swizzle_128x4`: ``[Mp, Kp]`` (or flat / 3-D) back to ``[rows, cols]``."""
+    """Inverse of :func:`swizzle_128x4`: ``[Mp, Kp]`` (or flat / 3-D) back to ``[rows, cols]`` (a new, contiguous
+    tensor)."""
     mp, kp = round_up(rows, 128), round_up(cols, 4)
     squeeze = swizzled.dim() <= 2
     per_expert = swizzled.numel() if squeeze else swizzled.numel() // max(1, swizzled.shape[0])
@@ -67,7 +68,7 @@ def unswizzle_128x4(swizzled: torch.Tensor, rows: int, cols: int) -> torch.Tenso
     s = swizzled.reshape(-1, mp * kp)
     e = s.shape[0]
     lin = s.view(e, mp // 128, kp // 4, 32, 4, 4).permute(0, 1, 4, 3, 2, 5).reshape(e, mp, kp)
-    out = lin[:, :rows, :cols]
+    out = lin[:, :rows, :cols].contiguous()
     return out[0] if squeeze else out
 
 

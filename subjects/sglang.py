@@ -1432,6 +1432,17 @@ SGLANG_KNOWN_FAILURES: tuple[KnownFailure, ...] = (
     ),
     KnownFailure(
         MXFP4_MOE,
+        "deep_gemm: the gpt-oss pairs handed to DeepGEMM as loaded (the entry above) sit in buffers whose layout is "
+        "the [gate; up] halves the runner reads, so the policy's result declares an fc1_layout its rows are not in "
+        "(harness.hygiene.FalseLayoutDeclared, raised on every call before the properties look)",
+        f"{SGLANG_SOURCE}/layers/moe/moe_runner/deep_gemm.py",
+        applies=_gpt_oss_form,
+        raises=AssertionError,
+        match=r"holds \w+'s gate/up rows in gate_up_interleaved order, but fc1_layout says gate_up\b",
+        backend=Mxfp4MoeBackend.VLLM_CUTLASS.value,
+    ),
+    KnownFailure(
+        MXFP4_MOE,
         "deep_gemm, gpt-oss-form experts with biases: the entry above seen by re-aligning the output; its rows are "
         "gpt-oss's pairs where the kernel reads [gate; up], so loading them again as gpt-oss's (biases) reorders them",
         f"{SGLANG_SOURCE}/layers/moe/moe_runner/deep_gemm.py",
