@@ -226,9 +226,9 @@ def handed_weights(
     ip, hp = contract_k(2 * w2.shape[-1], s2.shape[-1]), contract_k(2 * w13.shape[-1], s13.shape[-1])
     return MoeWeights(
         w13=pad_dim(pad_dim(w13, -1, hp // 2), -2, 2 * ip),
-        w13_scale=pad_dim(s13[..., : hp // MXFP4_BLOCK], -2, 2 * ip),
+        w13_scale=pad_dim(s13[..., : hp // MXFP4_BLOCK].contiguous(), -2, 2 * ip),
         w2=pad_dim(pad_dim(w2, -1, ip // 2), -2, hp),
-        w2_scale=pad_dim(s2[..., : ip // MXFP4_BLOCK], -2, hp),
+        w2_scale=pad_dim(s2[..., : ip // MXFP4_BLOCK].contiguous(), -2, hp),
         block=MXFP4_BLOCK,
         fc1_layout=Fc1Layout.GATE_UP_INTERLEAVED,
         w13_bias=None if w13_bias is None else pad_dim(w13_bias.float(), -1, 2 * ip),

@@ -1438,7 +1438,7 @@ SGLANG_KNOWN_FAILURES: tuple[KnownFailure, ...] = (
         f"{SGLANG_SOURCE}/layers/moe/moe_runner/deep_gemm.py",
         applies=_gpt_oss_form,
         raises=AssertionError,
-        match=r"holds \w+'s gate/up rows in gate_up_interleaved order, but fc1_layout says gate_up\b",
+        match=r"holds \w+'s gate/up rows in g0,u0,g1,u1 order, but fc1_layout says gate;up\b",
         backend=Mxfp4MoeBackend.VLLM_CUTLASS.value,
     ),
     KnownFailure(
