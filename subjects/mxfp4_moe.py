@@ -91,6 +91,13 @@ class AssumeInterleavedAlignment(BuiltinMxfp4MoeAlignment):
 
 register_contract(CONTRACT, MoeAlignment, BuiltinMxfp4MoeAlignment(), tuple(Mxfp4MoeBackend))
 
+TRITON_ODD_GROUP_FAILURES = (
+    ("check_backend_accepts", r"FC1: K \d+ has an odd number of 32-element groups"),
+    ("check_triton_hopper_scale_layout", r"w13_scale \[.*\] through HopperMXScaleLayout: K \d+ has an odd number"),
+)
+"""``(check, message)`` of what an engine that hands ``triton-kernels-sm90`` an FC1 K with an odd number of
+32-element groups fails (:func:`adapters.triton_kernels.gemm_violations`), for the engines' ledger entries."""
+
 KNOWN_BAD = (
     Subject(
         "bad-trtllm-round64",

@@ -78,6 +78,7 @@ from reference.layouts import (
 )
 from reference.sizes import round_up
 from strategies.catalog import CheckpointForm
+from subjects.mxfp4_moe import TRITON_ODD_GROUP_FAILURES
 from subjects.registry import KnownFailure, Subject, register_subject
 from subjects.sglang_sharding import SglangMoeSharding
 from subjects.vllm import QUANTIZER_ROUNDING
@@ -1482,13 +1483,7 @@ SGLANG_KNOWN_FAILURES: tuple[KnownFailure, ...] = (
             backend=Mxfp4MoeBackend.TRITON_SM90.value,
             check=check,
         )
-        for check, match in (
-            ("check_backend_accepts", r"FC1: K \d+ has an odd number of 32-element groups"),
-            (
-                "check_triton_hopper_scale_layout",
-                r"w13_scale \[.*\] through HopperMXScaleLayout: K \d+ has an odd number",
-            ),
-        )
+        for check, match in TRITON_ODD_GROUP_FAILURES
     ),
     *(
         KnownFailure(

@@ -68,7 +68,7 @@ from reference.layouts import (
     unswizzle_128x4,
 )
 from reference.sizes import round_up
-from subjects.mxfp4_moe import BuiltinMxfp4MoeAlignment
+from subjects.mxfp4_moe import TRITON_ODD_GROUP_FAILURES, BuiltinMxfp4MoeAlignment
 from subjects.registry import KnownFailure, Subject, register_subject
 from subjects.vllm_sharding import VllmMoeSharding, cuts_groups_per_projection, gpt_oss_uneven_experts
 
@@ -897,13 +897,7 @@ VLLM_KNOWN_FAILURES: tuple[KnownFailure, ...] = (
             backend=Mxfp4MoeBackend.TRITON_SM90.value,
             check=check,
         )
-        for check, match in (
-            ("check_backend_accepts", r"FC1: K \d+ has an odd number of 32-element groups"),
-            (
-                "check_triton_hopper_scale_layout",
-                r"w13_scale \[.*\] through HopperMXScaleLayout: K \d+ has an odd number",
-            ),
-        )
+        for check, match in TRITON_ODD_GROUP_FAILURES
     ),
     *(
         KnownFailure(
