@@ -208,7 +208,7 @@ def pytest_configure(config: pytest.Config) -> None:
         profiles.check_writable_folder(results)
     except OSError as exc:
         raise _usage(f"--results {str(results)!r} is not a writable folder: {exc}") from None
-    controller = not hasattr(config, "workerinput")
+    controller = not hasattr(config, "workerinput") and not informational(config)
     try:
         lock = records.lock(results) if controller else None
     except records.ResultsBusy as exc:
@@ -227,6 +227,15 @@ def pytest_configure(config: pytest.Config) -> None:
     runner.activate(state)
     if controller:
         _start_run(config, session)
+
+
+INFORMATIONAL_OPTIONS = ("help", "version", "markers", "showfixtures", "show_fixtures_per_test")
+"""pytest options that print and exit without a session: such a run neither locks nor marks the results folder."""
+
+
+def informational(config: pytest.Config) -> bool:
+    """Whether this pytest invocation only prints (``--help``, ``--version``, ``--markers``, ``--fixtures``...)."""
+    return any(getattr(config.option, name, False) for name in INFORMATIONAL_OPTIONS)
 
 
 def _start_run(config: pytest.Config, session: Session) -> None:

@@ -175,6 +175,25 @@ def test_a_held_results_folder_refuses_a_second_holder(tmp_path: Path) -> None:
     records.lock(tmp_path).close()  # released with its holder
 
 
+def test_help_neither_locks_nor_marks_a_results_folder(tmp_path: Path) -> None:
+    """``pytest --help`` (and the other print-and-exit options) runs no session: it works while another run holds
+    the folder, and leaves a finished run's records as they are."""
+    (tmp_path / "run.json").write_text('{"state": "complete"}')
+    held = records.lock(tmp_path)
+    try:
+        out = subprocess.run(
+            [sys.executable, "-m", "pytest", "--help", "-p", "no:cacheprovider", f"--results={tmp_path}"],
+            cwd=Path(__file__).resolve().parent.parent,
+            capture_output=True,
+            text=True,
+            timeout=300,
+        )
+    finally:
+        held.close()
+    assert out.returncode == 0 and "--subject" in out.stdout, out.stderr[-2000:]
+    assert (tmp_path / "run.json").read_text() == '{"state": "complete"}'
+
+
 def test_next_run_moves_an_unfinished_run_aside(tmp_path: Path) -> None:
     folder = _killed_after_an_old_green_run(tmp_path)[0]
     (folder / records.INFLIGHT).mkdir()
