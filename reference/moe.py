@@ -180,13 +180,28 @@ def moe_magnitude(
     if not act.gated:
         raise ValueError(f"moe_magnitude is derived for gated activations only, not {act}")
     beta = act.beta if act.kind is ActivationKind.SWIGLU_OAI else 0.0
+    return _output_bound(x, w13, w2, weights, ids, order, w13_bias, w2_bias, lambda expert, tok, g, u: g * (u + beta))
+
+
+def _output_bound(
+    x: torch.Tensor,
+    w13: torch.Tensor,
+    w2: torch.Tensor,
+    weights: torch.Tensor,
+    ids: torch.Tensor,
+    order: GateUpOrder,
+    w13_bias: torch.Tensor | None,
+    w2_bias: torch.Tensor | None,
+    activation_bound: Callable[[int, torch.Tensor, torch.Tensor, torch.Tensor], torch.Tensor],
+) -> torch.Tensor:
+    """``Σ_j w[t,j] · (|W2[e]| A + |b2[e]|)`` with ``A = activation_bound(e, tokens, G, U)`` for the absolute FC1
+    bounds ``G``, ``U`` of :func:`moe_magnitude` (biases included); fp32 ``[T, H]``."""
     per_slot = torch.zeros(*ids.shape, x.shape[1], dtype=torch.float32, device=x.device)
     for expert, tok, slot in routed_experts(ids):
         hid = exact_matmul(x[tok].abs(), w13[expert].abs())
         if w13_bias is not None:
             hid = hid + w13_bias[expert].abs()
-        gate, up = split_gate_up(hid, order)
-        y = exact_matmul(gate * (up + beta), w2[expert].abs())
+        y = exact_matmul(activation_bound(expert, tok, *split_gate_up(hid, order)), w2[expert].abs())
         per_slot[tok, slot] = y if w2_bias is None else y + w2_bias[expert].abs()
     return weighted_sum(weights, per_slot)
 
@@ -219,13 +234,11 @@ def moe_fused_magnitude(
         raise ValueError(f"moe_fused_magnitude is derived for gated activations only, not {act}")
     beta = act.beta if act.kind is ActivationKind.SWIGLU_OAI else 0.0
     gamma = x.shape[1] * 2.0**-24
-    per_slot = torch.zeros(*ids.shape, x.shape[1], dtype=torch.float32, device=x.device)
-    for expert, tok, slot in routed_experts(ids):
-        hid, bound = exact_matmul(x[tok], w13[expert]), exact_matmul(x[tok].abs(), w13[expert].abs())
+
+    def bound(expert: int, tok: torch.Tensor, g: torch.Tensor, u: torch.Tensor) -> torch.Tensor:
+        hid = exact_matmul(x[tok], w13[expert])
         if w13_bias is not None:
-            hid, bound = hid + w13_bias[expert], bound + w13_bias[expert].abs()
-        g, u = split_gate_up(bound, order)
-        a = activate(hid, act, order).abs() + gamma * (1.13 * (u + beta) * g + g * u)
-        y = exact_matmul(a, w2[expert].abs())
-        per_slot[tok, slot] = y if w2_bias is None else y + w2_bias[expert].abs()
-    return weighted_sum(weights, per_slot)
+            hid = hid + w13_bias[expert]
+        return activate(hid, act, order).abs() + gamma * (1.13 * (u + beta) * g + g * u)
+
+    return _output_bound(x, w13, w2, weights, ids, order, w13_bias, w2_bias, bound)
