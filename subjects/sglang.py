@@ -1061,7 +1061,7 @@ DEVICE_STAND_INS: dict[str, Callable[..., Any]] = {
     "_get_flashinfer_mxfp4_device_permute_indices": _identity_permutation,
     "transform_sf_into_required_layout": _e8m0_scales,
 }
-"""Stand-ins for the device calls of :data:`MXFP4_BACKENDS` that are not pass-throughs of their first argument."""
+"""Stand-ins for the GPU-only calls of :data:`MXFP4_BACKENDS` that are not pass-throughs of their first argument."""
 
 
 def process_mxfp4_layer(
