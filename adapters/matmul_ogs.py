@@ -28,7 +28,7 @@ from typing import Any
 
 import torch
 
-from adapters.triton_kernels import HOPPER_NUM_WARPS, HOPPER_TILE_GROUPS
+from adapters.triton_kernels import HOPPER_NUM_WARPS, HOPPER_TILE_GROUPS, stored_scale_groups
 from contracts.errors import LibraryUnavailable
 from contracts.moe import MoeWeights
 from reference.formats import MXFP4_BLOCK
@@ -82,7 +82,7 @@ def hopper_weights(w: torch.Tensor, scale: torch.Tensor, *, groups_to: int = HOP
     groups are zero-padded to a multiple of it first (4: vLLM PR #47910; 1: only the layout's own padding)."""
     tk = package()
     tk.opt_flags.update_opt_flags_constraints({"split_k": 1})
-    groups = -(-scale.shape[-1] // groups_to) * groups_to
+    groups = stored_scale_groups(MXFP4_BLOCK * scale.shape[-1], groups_to)
     scale = pad_dim(scale, -1, groups)
     value = tk.tensor.wrap_torch_tensor(w.cuda().transpose(-2, -1), dtype=tk.tensor.FP4)
     value = tk.tensor.convert_layout(value, tk.layout.HopperMXValueLayout, mx_axis=1)

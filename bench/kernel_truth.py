@@ -49,11 +49,10 @@ from reference.formats import (
     mxfp4_quantize,
 )
 from reference.linear import exact_matmul
+from strategies.tensors import SCALE_BYTES, random_bytes
 
 GEMM_TOLERANCE = 2.0
 """Largest allowed GEMM error in units of ``2^-8 ·`` magnitude (the module docstring's argument)."""
-SCALE_BYTES = (118, 122)
-"""UE8M0 bytes drawn for weight scales (2^-9 .. 2^-5): the range FlashInfer's and vLLM's MXFP4 tests draw."""
 TOKENS = 16
 EXPERTS = 2
 
@@ -84,10 +83,10 @@ def classify(run: Callable[[], tuple[torch.Tensor, torch.Tensor, torch.Tensor]],
 
 
 def random_mxfp4(g: torch.Generator, e: int, n: int, k: int) -> tuple[torch.Tensor, torch.Tensor]:
-    """Random packed E2M1 codes ``[e, n, k/2]`` and UE8M0 scale bytes ``[e, n, k/32]`` in :data:`SCALE_BYTES`."""
-    codes = torch.randint(0, 256, (e, n, k // 2), generator=g, dtype=torch.uint8)
-    scales = torch.randint(SCALE_BYTES[0], SCALE_BYTES[1] + 1, (e, n, k // MXFP4_BLOCK), generator=g, dtype=torch.uint8)
-    return codes, scales
+    """Random packed E2M1 codes ``[e, n, k/2]`` and UE8M0 scale bytes ``[e, n, k/32]`` in the range the MoE
+    strategies draw (:data:`strategies.tensors.SCALE_BYTES`)."""
+    low, high = SCALE_BYTES[MXFP4_BLOCK]
+    return random_bytes(g, e, n, k // 2), random_bytes(g, e, n, k // MXFP4_BLOCK, low=low, high=high)
 
 
 def gemm_point(k: int, n: int, groups_to: int, seed: int = 0) -> dict:

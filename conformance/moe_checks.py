@@ -150,6 +150,10 @@ def assert_bit_identical(got: torch.Tensor, want: torch.Tensor, context: str) ->
         )
 
 
+BF16_UNIT_ROUNDOFF = 2.0**-8
+"""bf16's unit roundoff ``u``: the unit kernel errors are stated in (``error / (u · magnitude)``)."""
+
+
 def normalized_error(got: torch.Tensor, want: torch.Tensor, scale: torch.Tensor) -> float:
     """``max |got - want| / scale`` over all entries; ``inf`` for a non-finite ``got`` or a difference where ``scale = 0``."""
     if not bool(torch.isfinite(got).all()):

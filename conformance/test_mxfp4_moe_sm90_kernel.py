@@ -31,7 +31,7 @@ from adapters import flashinfer_sm90_moe as sm90
 from adapters.flashinfer_sm90_moe import SM90_ALIGNMENT
 from backends import record
 from backends.mxfp4_moe import CONTRACT, Mxfp4MoeBackend
-from conformance.moe_checks import align_checked, normalized_error
+from conformance.moe_checks import BF16_UNIT_ROUNDOFF, align_checked, normalized_error
 from contracts.moe import MoeAlignment, pad_moe, relayout_moe
 from harness.properties import check, record_event, record_target
 from harness.runner import RUN_STATE
@@ -48,7 +48,6 @@ pytestmark = [pytest.mark.contract(CONTRACT)]
 CHECKPOINT_LAYOUTS = (Fc1Layout.GATE_UP, Fc1Layout.GATE_UP_INTERLEAVED)
 """Stacked ``[gate; up]`` (Quark OCP-MX, DeepSeek-V4, MiniMax) and gpt-oss's ``[g0, u0, g1, u1, ...]``."""
 
-BF16_UNIT_ROUNDOFF = 2.0**-8
 METRIC = "error / (2^-8 · magnitude)"
 """The backend record's tolerance this property uses: ``|kernel - reference| / (2^-8 · M)``,
 ``M`` = :func:`reference.moe.moe_magnitude` (the bound and its argument:

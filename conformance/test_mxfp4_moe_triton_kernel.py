@@ -33,7 +33,7 @@ from hypothesis import strategies as st
 from adapters import triton_kernels as tk
 from backends import record
 from backends.mxfp4_moe import CONTRACT, TRITON_SM90_METRIC, Mxfp4MoeBackend
-from conformance.moe_checks import align_checked, normalized_error
+from conformance.moe_checks import BF16_UNIT_ROUNDOFF, align_checked, normalized_error
 from contracts.moe import MoeAlignment, pad_moe, relayout_moe
 from harness.properties import check, record_event, record_target
 from harness.runner import RUN_STATE
@@ -48,7 +48,6 @@ from strategies.tensors import dequantize_moe, generator, moe_case, real_channel
 
 pytestmark = [pytest.mark.contract(CONTRACT)]
 
-BF16_UNIT_ROUNDOFF = 2.0**-8
 EXTRA = 128
 """Further padding drawn on top of the policy's, per size (0 or this)."""
 OBSERVED: list[dict[str, object]] = []
