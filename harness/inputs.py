@@ -168,7 +168,7 @@ def _second_seed(label: str, before: dict[str, _Snapshot]) -> int:
     crc = zlib.crc32(label.encode())
     for path, s in before.items():
         crc = zlib.crc32(s.data[: 1 << 20].cpu().numpy().tobytes(), zlib.crc32(path.encode(), crc))
-    return (crc ^ hash(random.getstate())) & 0xFFFF_FFFF
+    return zlib.crc32(repr(random.getstate()).encode(), crc)  # not hash(): hash(None) varies by process before 3.12
 
 
 def _outcome(

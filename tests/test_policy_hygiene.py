@@ -8,6 +8,7 @@ generators where one unguarded call would.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import os
 import random
@@ -102,7 +103,8 @@ def test_refusing_at_random_is_non_deterministic() -> None:
     with pytest.raises(NonDeterministic, match=r"UnsupportedConfig\('not today'\)"):
         for seed in range(20):
             random.seed(seed)
-            guard_inputs(RefusesAtRandom()).align_moe(TRTLLM, weights, True)
+            with contextlib.suppress(UnsupportedConfig):  # refused on both calls: consistent, try the next seed
+                guard_inputs(RefusesAtRandom()).align_moe(TRTLLM, weights, True)
 
 
 def test_guard_leaves_the_generators_as_one_call_leaves_them() -> None:
