@@ -127,3 +127,21 @@ def open_database(spec: str | None, *, readonly: bool = False, local: str = DEFA
     if readonly:
         shared = ReadOnlyDatabase(shared)
     return MultiplexedDatabase(directory_database(local), shared)
+
+
+def describe(db: ExampleDatabase | None) -> str:
+    """Where ``db`` keeps examples, for the run's header: ``none``, a folder, ``redis://HOST:PORT/DB``
+    (never a password) or several joined by ``+``; ``(read-only)`` marks a replay-only part."""
+    if db is None:
+        return "none"
+    if isinstance(db, DirectoryBasedExampleDatabase):
+        return str(db.path)
+    if isinstance(db, ReadOnlyDatabase):
+        return f"{describe(db._wrapped)} (read-only)"
+    if isinstance(db, MultiplexedDatabase):
+        return " + ".join(describe(part) for part in db._wrapped)
+    client = getattr(db, "redis", None)
+    if client is not None:
+        kwargs = client.connection_pool.connection_kwargs
+        return f"redis://{kwargs.get('host', '?')}:{kwargs.get('port', '?')}/{kwargs.get('db', 0)}"
+    return type(db).__name__

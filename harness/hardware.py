@@ -99,7 +99,25 @@ def missing(requirement: str, m: Machine | None = None) -> str | None:
     m = m or machine()
     if m.has(requirement):
         return None
-    return f"needs {REQUIREMENTS.get(requirement, requirement)}; this machine: {m.describe()}"
+    return f"needs {_what_is_missing(requirement, m)}; this machine: {m.describe()}"
+
+
+def _what_is_missing(requirement: str, m: Machine) -> str:
+    """What ``requirement`` needs that ``m`` lacks: an install hint only for a package that is absent."""
+    if requirement == "aiter_triton":
+        if "amd-aiter" in m.libraries:
+            return "an NVIDIA GPU for AITER Triton on CUDA (amd-aiter is installed)"
+        if m.has("cuda"):
+            return "amd-aiter for AITER Triton on CUDA (pip install 'fp4-conformance[amd]')"
+    if requirement == "aiter" and "amd-aiter" in m.libraries:
+        return "AMD AITER on ROCm (amd-aiter is installed; its HIP code needs a ROCm build of torch and an AMD GPU)"
+    return REQUIREMENTS.get(requirement, requirement)
+
+
+def labels(m: Machine, requirements: list[str]) -> str:
+    """The hardware column of a test with these requirement markers on ``m``: the machine, then each
+    portability mode (:data:`MODE_LABELS`) that runs here (a mode that cannot run is no hardware of it)."""
+    return " · ".join([m.describe(), *(MODE_LABELS[r] for r in requirements if r in MODE_LABELS and m.has(r))])
 
 
 def count_gpus_without_init() -> int:

@@ -46,10 +46,11 @@ from typing import IO, Any
 import pytest
 from hypothesis import settings
 
-from harness import database, devices, hardware, profiles, records, repro, runner, shard
+from harness import database, devices, hardware, profiles, progress, records, repro, runner, shard
 from harness.inputs import guard_inputs
 from strategies.catalog import MODELS, TP_DEGREES
 from strategies.pins import Pin, set_pin
+from strategies.presence import absent_layers
 
 profiles.register_profiles()
 
@@ -80,9 +81,20 @@ class Session:
     lock: IO[str] | None = None
     record: dict[str, Any] | None = None
     moved: Path | None = None
+    database: str = "none"
+    absent: dict[str, str] = field(default_factory=dict)
+    deselected: Counter = field(default_factory=Counter)
+    watch: progress.Progress | None = None
+
+    def pytest_runtest_logstart(self, nodeid: str, location: tuple[str, int | None, str]) -> None:
+        """Time the test for the progress lines (on the xdist controller, each worker's test start)."""
+        if self.watch is not None:
+            self.watch.started(nodeid)
 
     def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
         """Count the outcome per (contract, backend, hardware), and the skip reasons."""
+        if self.watch is not None and report.when == "teardown":
+            self.watch.finished(report.nodeid)
         if report.when != "call" and not (report.skipped or report.failed):
             return
         props = dict(report.user_properties)
@@ -92,8 +104,7 @@ class Session:
             outcome = "xpassed"
         self.summary[key][outcome] += 1
         if report.skipped and not hasattr(report, "wasxfail"):
-            reason = report.longrepr[2] if isinstance(report.longrepr, tuple) else str(report.longrepr)
-            self.skips[key][reason.removeprefix("Skipped: ")] += 1
+            self.skips[key][skip_reason(report)] += 1
         if self.record is not None:
             records.write_json(self.results / records.SUMMARY, summary_rows(self))
 
@@ -132,6 +143,14 @@ def pytest_addoption(parser: pytest.Parser) -> None:
         "--example-time-limit",
         type=float,
         help="fail an example running longer than this many seconds (default: the profile's; 0: off)",
+    )
+    group.addoption(
+        "--fp4-progress",
+        type=float,
+        default=progress.DEFAULT_AFTER_S,
+        metavar="SECONDS",
+        help="print one line for each test still running after this many seconds, and again each such "
+        f"interval (default {progress.DEFAULT_AFTER_S:g}; 0: off)",
     )
 
 
@@ -193,6 +212,9 @@ def pytest_configure(config: pytest.Config) -> None:
         raise _usage(
             f"--example-time-limit {limit:g}: give the seconds an example may run, at most {WEEK_S} (0: no limit)"
         )
+    every = config.getoption("fp4_progress")
+    if not 0 <= every <= WEEK_S:
+        raise _usage(f"--fp4-progress {every:g}: give the seconds after which a running test is named (0: never)")
     pin = session_pin(model, tp, config.getoption("ep"))
     set_pin(pin)
     subject_spec = config.getoption("subject")
@@ -223,10 +245,14 @@ def pytest_configure(config: pytest.Config) -> None:
     )
     config.stash[runner.RUN_STATE] = state
     config.stash[SESSION] = session = Session(subject, results, pin, name, shard_spec, lock=lock)
+    session.database = database.describe(settings.get_profile(name).database)
+    session.absent = absent_layers(pin)
     config.pluginmanager.register(session, "fp4-session")
     runner.activate(state)
     if controller:
         _start_run(config, session)
+        if every and getattr(config.option, "numprocesses", None):  # xdist: its controller runs no test
+            session.watch = progress.Progress(every, progress.writer(config))
 
 
 INFORMATIONAL_OPTIONS = ("help", "version", "markers", "showfixtures", "show_fixtures_per_test")
@@ -260,7 +286,9 @@ def _start_run(config: pytest.Config, session: Session) -> None:
     )
     session.moved = records.start(results, session.record)
     stale = [
-        p for pattern in ("device-*.json", "stats-*.json", "expected-*.json", "*.xml") for p in results.glob(pattern)
+        p
+        for pattern in ("device-*.json", "stats-*.json", "expected-*.json", DESELECTED, "*.xml")
+        for p in results.glob(pattern)
     ]
     for path in [*stale, *(results / records.INFLIGHT).glob("*.json")]:
         path.unlink()
@@ -272,6 +300,8 @@ def pytest_unconfigure(config: pytest.Config) -> None:
     if config.stash.get(runner.RUN_STATE, None) is not None:
         runner.activate(None)
     session = config.stash.get(SESSION, None)
+    if session is not None and session.watch is not None:
+        session.watch.stop()
     if session is not None and session.lock is not None:
         session.lock.close()  # releases the folder
 
@@ -303,6 +333,10 @@ def pytest_report_header(config: pytest.Config) -> list[str]:
     lines = [
         f"fp4: subject {state.subject}, profile {session.profile}, example time limit {limit}, "
         f"results {session.results}",
+        f"fp4 subject: {state.subject} is bound to "
+        + ", ".join(f"{c} ({type(p).__name__})" for c, p in sorted(session.subject.policies.items())),
+        f"fp4 hypothesis: profile {session.profile} ({profiles.describe(session.profile)}), "
+        f"example database {session.database}",
         f"fp4 pin: model {pin.model or 'any'}, tp {pin.tp or 'any'}, ep {ep}",
     ]
     if session.moved is not None:
@@ -359,28 +393,89 @@ def _deselect_other_backends(config: pytest.Config, items: list[pytest.Item]) ->
         items[:] = keep
 
 
+def _not_run_here(session: Session, contract: str | None) -> str | None:
+    """Why a test of ``contract`` is deselected: the subject is not bound to it, or the pinned
+    model has no layer of it (:func:`strategies.presence.absent_layers`); None when it runs."""
+    if contract is None:
+        return None
+    if session.subject.policy(contract) is None:
+        return f"subject {session.subject.name} does not implement them"
+    return session.absent.get(contract)
+
+
+def _deselect_not_run_here(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Deselect the tests of contracts the subject does not implement or the pinned model lacks,
+    counted per reason and contract in ``session.deselected`` (printed as one line after collection)."""
+    session = config.stash[SESSION]
+    keep, drop = [], []
+    for item in items:
+        contract = _contract(item)
+        why = _not_run_here(session, contract)
+        if why is None:
+            keep.append(item)
+        else:
+            drop.append(item)
+            session.deselected[(why, contract)] += 1
+    if drop:
+        config.hook.pytest_deselected(items=drop)
+        items[:] = keep
+    if session.deselected and hasattr(config, "workerinput") and records.worker_name() == "gw0":
+        rows = [[why, contract, n] for (why, contract), n in sorted(session.deselected.items())]
+        records.write_json(session.results / DESELECTED, rows, indent=None)
+
+
+DESELECTED = "deselected.json"
+"""Written by worker ``gw0`` under xdist: the controller collects nothing, and prints the worker's count."""
+
+
+def deselection_line(counts: Counter) -> str | None:
+    """``fp4 deselected: N tests: 40 of mxfp4_moe, 20 of ... (subject X does not implement them); 12 of
+    shared_expert (gemma-4-26b-a4b has no shared expert)``: one line from ``(reason, contract) -> count``."""
+    if not counts:
+        return None
+    by_reason: dict[str, list[str]] = defaultdict(list)
+    for (why, contract), n in sorted(counts.items(), key=lambda kv: (kv[0][0], -kv[1], kv[0][1])):
+        by_reason[why].append(f"{n} of {contract}")
+    parts = "; ".join(f"{', '.join(of)} ({why})" for why, of in by_reason.items())
+    return f"fp4 deselected: {sum(counts.values())} tests: {parts}"
+
+
+def pytest_report_collectionfinish(config: pytest.Config) -> list[str]:
+    session = config.stash.get(SESSION, None)
+    line = deselection_line(session.deselected) if session is not None else None
+    return [line] if line else []
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_xdist_node_collection_finished(node: Any, ids: list[str]) -> None:
+    """xdist controller: print what worker ``gw0`` deselected (:data:`DESELECTED`), once."""
+    session = node.config.stash.get(SESSION, None)
+    path = session.results / DESELECTED if session is not None else None
+    if path is None or node.gateway.id != "gw0" or not path.exists():
+        return
+    counts = Counter({(why, contract): n for why, contract, n in records.read_json(path)})
+    reporter = node.config.pluginmanager.get_plugin("terminalreporter")
+    if reporter is not None and (line := deselection_line(counts)):
+        reporter.write_line(line)
+
+
 @pytest.hookimpl(trylast=True)
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     _deselect_other_backends(config, items)
+    _deselect_not_run_here(config, items)
     _select_shard(config, items)
-    subject = config.stash[SESSION].subject
     machine = hardware.machine()
     for item in items:
         contract, backend = _contract(item), _backend(item)
-        modes = [label for req, label in hardware.MODE_LABELS.items() if item.get_closest_marker(req)]
         item.user_properties += [
             ("contract", contract or "self-test"),
             ("backend", getattr(backend, "value", "-")),
-            ("hardware", " · ".join([machine.describe(), *modes])),
+            ("hardware", hardware.labels(machine, [m.name for m in item.iter_markers()])),
         ]
         for requirement in hardware.REQUIREMENTS:
             if item.get_closest_marker(requirement) and (reason := hardware.missing(requirement, machine)):
                 item.add_marker(pytest.mark.skip(reason=reason + _backend_note(backend)))
                 break
-        if contract is None:
-            continue
-        if subject.policy(contract) is None:
-            item.add_marker(pytest.mark.skip(reason=f"subject {subject.name} does not implement contract {contract}"))
 
 
 def _backend_note(backend: object) -> str:
@@ -439,11 +534,36 @@ def pytest_runtest_protocol(item: pytest.Item, nextitem: pytest.Item | None):
     path.unlink(missing_ok=True)
 
 
+NO_STORED_EXAMPLE = "Hypothesis has been told to run no test cases"
+"""Hypothesis's skip when its phases leave nothing to run: under ``replay``, no stored example."""
+
+
+def skip_reason(report: pytest.TestReport) -> str:
+    """A skipped report's reason, without pytest's ``Skipped: `` prefix."""
+    reason = report.longrepr[2] if isinstance(report.longrepr, tuple) else str(report.longrepr)
+    return reason.removeprefix("Skipped: ")
+
+
+def _one_line_skip(item: pytest.Item, report: pytest.TestReport) -> None:
+    """A skip's reason is its first line: Hypothesis appends the explicit example's repr and notes
+    (config, reproduction) to a skip raised inside one. Hypothesis's own "told to run no test cases"
+    (nothing stored for a replay) gets the suite's reason and the test's location."""
+    reason = skip_reason(report).strip().splitlines()[0] if skip_reason(report).strip() else "skipped"
+    location = report.longrepr[:2] if isinstance(report.longrepr, tuple) else (str(item.path), 0)
+    if reason.startswith(NO_STORED_EXAMPLE):
+        session = item.config.stash[SESSION]
+        reason = f"no stored example of this test in the example database ({session.database}) to replay"
+        location = (item.location[0], (item.location[1] or 0) + 1)
+    report.longrepr = (*location, f"Skipped: {reason}")
+
+
 @pytest.hookimpl(hookwrapper=True)
 def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo):
     outcome = yield
     report = outcome.get_result()
     state = item.config.stash[runner.RUN_STATE]
+    if report.skipped and not hasattr(report, "wasxfail"):
+        _one_line_skip(item, report)
     if report.when != "call":
         return
     last = state.last_failure.pop(item.nodeid, None)

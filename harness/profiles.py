@@ -98,3 +98,11 @@ def check_writable_folder(path: str | Path) -> None:
     probe = folder / f".write-probe-{uuid.uuid4().hex}"
     probe.write_text("")
     probe.unlink()
+
+
+def describe(name: str) -> str:
+    """What profile ``name`` runs, for the header: examples per test, derandomized, or stored examples only."""
+    profile = settings.get_profile(name)
+    if Phase.generate not in profile.phases:
+        return "stored examples only" + (" and pins" if Phase.explicit in profile.phases else "")
+    return f"{profile.max_examples} examples{', derandomized' if profile.derandomize else ''}"

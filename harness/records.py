@@ -32,9 +32,9 @@ import os
 import platform
 import shutil
 import socket
-import sys
 import time
 import uuid
+from importlib import metadata
 from pathlib import Path
 from typing import IO, Any
 
@@ -108,13 +108,21 @@ def run_record(
     }
 
 
+DISTRIBUTIONS = ("torch", "hypothesis", "flashinfer-python", "amd-aiter", "triton", "vllm", "sglang")
+"""The installed packages whose versions a run records (PyPI names; ``aiter`` on PyPI is another project)."""
+
+
 def library_versions() -> dict[str, str]:
-    """Python's version and those of the suite's libraries this process has imported."""
+    """Python's version and those of the installed :data:`DISTRIBUTIONS` (absent ones left out).
+
+    Read from the installed packages' metadata, not from imported modules: the xdist controller
+    that writes ``run.json`` never imports FlashInfer or AITER (its workers do)."""
     versions: dict[str, str] = {"python": platform.python_version()}
-    for name in ("torch", "hypothesis", "flashinfer", "vllm", "sglang", "aiter"):
-        module = sys.modules.get(name)
-        if module is not None and hasattr(module, "__version__"):
-            versions[name] = str(module.__version__)
+    for name in DISTRIBUTIONS:
+        try:
+            versions[name] = metadata.version(name)
+        except metadata.PackageNotFoundError:
+            continue
     return versions
 
 
@@ -169,7 +177,7 @@ def start(folder: Path, record: dict[str, Any]) -> Path | None:
 
 
 def finish(folder: Path, record: dict[str, Any], exitstatus: int) -> None:
-    """Rewrite ``run.json`` as complete, with pytest's exit status and the versions loaded by now."""
+    """Rewrite ``run.json`` as complete, with pytest's exit status and the installed versions."""
     record.update(state=COMPLETE, finished=now(), exitstatus=int(exitstatus), versions=library_versions())
     write_json(folder / RUN, record)
 

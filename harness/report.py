@@ -40,6 +40,7 @@ from __future__ import annotations
 import argparse
 import html
 import json
+import re
 import sys
 import xml.etree.ElementTree as ET
 from collections import Counter
@@ -55,6 +56,8 @@ RED_OUTCOMES = ("failed", "xpassed")
 FIXED_MARKERS = ("no longer fails", "KnownFailureFixed")
 EXIT_STATUS = {2: "interrupted", 3: "internal error", 4: "usage error", 5: "no tests collected"}
 CRASHED = "the process died or hung in this test: no verdict was recorded"
+SHORT = 300
+"""Characters of a failure message shown inline; the rest is behind an ellipsis (HTML: a ``<details>``)."""
 
 
 @dataclass
@@ -68,6 +71,35 @@ class Failure:
     reproduce: str | None = None
     contract: str | None = None
     backend: str | None = None
+
+
+def short(message: str) -> str:
+    """The first line of ``message``, cut at :data:`SHORT` characters; an ellipsis marks anything left out."""
+    first = message.strip().splitlines()[0] if message.strip() else ""
+    cut = first[:SHORT]
+    return cut + "…" if cut != message.strip() else cut
+
+
+_NUMBER = re.compile(r"\d+(?:\.\d+)?")
+
+
+def root_cause(failure: Failure) -> str:
+    """Failures of one root cause share this: the exception type and first line of the message with
+    every number replaced by ``N`` (``Ip=176`` and ``Ip=240`` of one rule are one cause)."""
+    return _NUMBER.sub("N", short(failure.message).removesuffix("…"))
+
+
+def grouped(failures: Sequence[Failure]) -> list[list[Failure]]:
+    """``failures`` grouped by :func:`root_cause`, largest group first (then in first-seen order)."""
+    groups: dict[str, list[Failure]] = {}
+    for f in failures:
+        groups.setdefault(root_cause(f), []).append(f)
+    return sorted(groups.values(), key=len, reverse=True)
+
+
+def failing_first(matrix: dict[tuple[str, str, str], Counter]) -> list[tuple[str, str, str]]:
+    """The matrix keys, rows with a failed or xpassed count first, each part sorted."""
+    return sorted(matrix, key=lambda k: (not any(matrix[k][o] for o in RED_OUTCOMES), k))
 
 
 @dataclass
@@ -131,7 +163,7 @@ def read_junit(path: Path, host: str) -> list[Failure]:
             Failure(
                 nodeid=_nodeid(case),
                 host=host,
-                message=(bad.get("message") or "").splitlines()[0][:300] if bad.get("message") else "",
+                message=bad.get("message") or "",
                 config=_line(text, "config:"),
                 reproduce=props.get("reproduce") or _line(text, "reproduce:"),
                 contract=props.get("contract"),
@@ -336,7 +368,15 @@ def _folders_by(runs: Iterable[dict[str, Any]], value: Any) -> dict[Any, str]:
 
 
 def _md_escape(text: object) -> str:
-    return str(text).replace("|", "\\|").replace("\n", " ")
+    """Text for a Markdown line or table cell: raw HTML escaped, ``|`` escaped, one line."""
+    return html.escape(str(text), quote=False).replace("|", "\\|").replace("\n", " ")
+
+
+def _md_code(text: object) -> str:
+    """``text`` as an inline code span (Markdown shows its content literally; a backtick inside is doubled around)."""
+    text = str(text).replace("\n", " ")
+    fence = "``" if "`" in text else "`"
+    return f"{fence} {text} {fence}" if fence == "``" else f"`{text}`"
 
 
 def to_markdown(report: Report) -> str:
@@ -352,7 +392,7 @@ def to_markdown(report: Report) -> str:
     out += ["", "## Contract x backend x hardware", ""]
     out.append("| contract | backend | hardware | " + " | ".join(OUTCOMES) + " |")
     out.append("|---|---|---|" + "---|" * len(OUTCOMES))
-    for key in sorted(report.matrix):
+    for key in failing_first(report.matrix):
         counts = report.matrix[key]
         out.append(
             "| " + " | ".join(map(_md_escape, key)) + " | " + " | ".join(str(counts[k]) for k in OUTCOMES) + " |"
@@ -362,25 +402,31 @@ def to_markdown(report: Report) -> str:
         out += ["", f"## {title}", ""]
         if not failures:
             out.append("none")
-        for f in failures:
-            out.append(f"- `{f.nodeid}` on {f.host}: {_md_escape(f.message)}")
-            if f.config:
-                out.append(f"  - config: `{f.config}`")
-            if f.reproduce:
-                out.append(f"  - reproduce: `{f.reproduce}`")
+        for group in grouped(failures):
+            out.append(f"- {len(group)} x {_md_escape(short(group[0].message))}")
+            for f in group:
+                out.append(f"  - {_md_code(f.nodeid)} on {_md_escape(f.host)}")
+                if f.config:
+                    out.append(f"    - config: {_md_code(f.config)}")
+                if f.reproduce:
+                    out.append(f"    - reproduce: {_md_code(f.reproduce)}")
     out += ["", "## Expected failures (known upstream bugs)", ""]
-    out += [f"- {link}: {n} examples" for link, n in sorted(report.expected.items())] or ["none"]
+    out += [f"- {_md_escape(link)}: {n} examples" for link, n in sorted(report.expected.items())] or ["none"]
     out += ["", "## Hosts and devices", ""]
     for run in report.runs:
         versions = ", ".join(f"{k} {v}" for k, v in run.get("versions", {}).items())
         out.append(
-            f"- {run.get('host', '?')}: shard {run.get('shard') or 'all'}, subject {run.get('subject', '?')}, "
-            f"profile {run.get('profile', '?')}, finished {run.get('finished') or 'never'} ({versions})"
+            _md_escape(
+                f"- {run.get('host', '?')}: shard {run.get('shard') or 'all'}, subject {run.get('subject', '?')}, "
+                f"profile {run.get('profile', '?')}, finished {run.get('finished') or 'never'} ({versions})"
+            )
         )
     for d in report.devices:
         out.append(
-            f"  - {d['host']} worker {d['worker']}: CUDA_VISIBLE_DEVICES={d.get('CUDA_VISIBLE_DEVICES')} "
-            f"{d.get('name')} {d.get('uuid')}"
+            _md_escape(
+                f"  - {d['host']} worker {d['worker']}: CUDA_VISIBLE_DEVICES={d.get('CUDA_VISIBLE_DEVICES')} "
+                f"{d.get('name')} {d.get('uuid')}"
+            )
         )
     return "\n".join(out) + "\n"
 
@@ -396,6 +442,15 @@ code{background:#f6f6f6;padding:1px 4px;border-radius:3px;word-break:break-all}
 .red{background:#b3261e}.green{background:#2e7d32}.amber{background:#a86b00}
 li{margin:.35em 0}small{color:#666}
 """
+
+
+def _html_message(message: str) -> str:
+    """A failure message: its first :data:`SHORT` characters, and when cut, an ellipsis and the whole
+    message behind a ``<details>`` (no script needed)."""
+    shown = short(message)
+    if not shown.endswith("…"):
+        return html.escape(shown)
+    return f"<details><summary>{html.escape(shown)}</summary><pre>{html.escape(message)}</pre></details>"
 
 
 def to_html(report: Report) -> str:
@@ -418,7 +473,7 @@ def to_html(report: Report) -> str:
         *(f"<th>{k}</th>" for k in OUTCOMES),
         "<th>skip reasons</th></tr>",
     ]
-    for key in sorted(report.matrix):
+    for key in failing_first(report.matrix):
         counts = report.matrix[key]
         css = "fail" if counts["failed"] or counts["xpassed"] else "ok"
         reasons = "<br>".join(f"{e(r)} ×{n}" for r, n in sorted(report.skip_reasons.get(key, Counter()).items()))
@@ -433,18 +488,23 @@ def to_html(report: Report) -> str:
         ("Failures", report.failures, "red"),
         ("Fixed-bug alerts: update the known-failure ledger", report.fixed, "amber"),
     ):
-        parts.append(f"<h2>{e(title)} <span class='badge {color}'>{len(failures)}</span></h2>")
+        parts.append(f"<h2>{e(title)} <span class='badge {color if failures else 'green'}'>{len(failures)}</span></h2>")
         if not failures:
             parts.append("<p>none</p>")
             continue
         parts.append("<ul>")
-        for f in failures:
-            parts.append(f"<li><code>{e(f.nodeid)}</code> <small>on {e(f.host)}</small><br>{e(f.message)}")
-            if f.config:
-                parts.append(f"<br>config: <code>{e(f.config)}</code>")
-            if f.reproduce:
-                parts.append(f"<br>reproduce: <code>{e(f.reproduce)}</code>")
-            parts.append("</li>")
+        for group in grouped(failures):
+            parts.append(f"<li><b>{len(group)} ×</b> {_html_message(group[0].message)}<ul>")
+            for f in group:
+                parts.append(f"<li><code>{e(f.nodeid)}</code> <small>on {e(f.host)}</small>")
+                if f.message != group[0].message:
+                    parts.append(f"<br>{_html_message(f.message)}")
+                if f.config:
+                    parts.append(f"<br>config: <code>{e(f.config)}</code>")
+                if f.reproduce:
+                    parts.append(f"<br>reproduce: <code>{e(f.reproduce)}</code>")
+                parts.append("</li>")
+            parts.append("</ul></li>")
         parts.append("</ul>")
     parts.append("<h2>Expected failures (known upstream bugs)</h2>")
     if report.expected:
@@ -519,9 +579,25 @@ def main(argv: Sequence[str] | None = None) -> int:
     )
     args = parser.parse_args(argv)
     report = merge(args.shards)
-    md, _ = write(report, args.out)
-    sys.stdout.write(md.read_text())
+    md, page = write(report, args.out)
+    sys.stdout.write(summary_text(report, md, page))
     return 1 if args.strict and report.reasons() else 0
+
+
+def summary_text(report: Report, md: Path, page: Path) -> str:
+    """What the command prints: the verdict, its reasons, the totals and where the full report is
+    (a fleet's report can run to thousands of lines; CI logs get the verdict, the files the rest)."""
+    total, reasons = report.totals(), report.reasons()
+    lines = [f"fp4-conformance report: {'RED' if reasons else 'GREEN'}", *(f"  - {r}" for r in reasons)]
+    lines.append(
+        f"{len(report.runs)} shard(s); "
+        + ", ".join(f"{total.get(k, 0)} {k}" for k in OUTCOMES)
+        + f"; {len(report.failures)} failing test(s) in {len(grouped(report.failures))} root cause(s)"
+    )
+    for group in grouped(report.failures)[:10]:
+        lines.append(f"  {len(group)} x {short(group[0].message)}")
+    lines += [f"report: {md}", f"html: {page}", f"json: {md.parent / 'summary.json'}"]
+    return "\n".join(lines) + "\n"
 
 
 if __name__ == "__main__":

@@ -253,13 +253,14 @@ def _adversarial_shape(draw: st.DrawFn, tp: int | None) -> Mxfp4LinearShape:
 @st.composite
 def linear_shapes(draw: st.DrawFn) -> Mxfp4LinearShape:
     """A rank's :class:`Mxfp4LinearShape`: a catalogued layer (honouring ``--model``/``--tp`` pins)
-    or adversarial sizes. A pinned model without catalogued MXFP4 linear layers (or none loadable at
-    the pinned TP) falls back to adversarial sizes at the pinned TP."""
+    or, without ``--model``, adversarial sizes. A pinned model has only its own layers: one without a
+    catalogued MXFP4 linear layer loadable at the pinned TP has none to draw, and the plugin deselects
+    the contract's tests (:func:`strategies.presence.absent_layers`)."""
     pin = current_pin()
     layers = [lay for lay in LINEAR_LAYERS if pin.model is None or lay.model == pin.model]
     if pin.tp is not None:
         layers = [lay for lay in layers if _loadable(lay, pin.tp)]
-    if not layers or (pin.model is None and draw(st.booleans())):
+    if pin.model is None and draw(st.booleans()):
         return draw(_adversarial_shape(pin.tp))
     return draw(_catalog_shape(layers, pin.tp))
 
@@ -284,12 +285,13 @@ one rank-local layer (:func:`linear_shapes`: catalogued and adversarial), one no
 @st.composite
 def scale_shapes(draw: st.DrawFn) -> ScaleShapeCase:
     """Rank-local layers' scale shapes, 2-D shapes on the guard's boundaries (rows, cols >= 1) and
-    non-2-D shapes (:data:`SCALE_SHAPE_KINDS`); shrinks to a layer's shape.
+    non-2-D shapes (:data:`SCALE_SHAPE_KINDS`); shrinks to a layer's shape. Under ``--model`` only
+    the model's layers (the guard's boundaries are no layer of it).
 
     Empty scales are not drawn: ``(0, c)`` passes vLLM's modulo checks and torch's view, but no
     layer has zero rows (``asm_scale_swizzle_ok`` rejects it).
     """
-    kind = draw(st.sampled_from(SCALE_SHAPE_KINDS))
+    kind = "layer" if current_pin().model is not None else draw(st.sampled_from(SCALE_SHAPE_KINDS))
     if kind == "layer":
         s = draw(linear_shapes())
         return ScaleShapeCase(tuple(s.scale_shape), f"{s.model} {s.layer} TP={s.tp} {s.parallel.value}")

@@ -7,7 +7,9 @@ policy per contract it implements. Three kinds exist:
 * known-bad subjects (``bad-...``) — each reproduces a historical bug in one contract, so the
   properties of that contract are shown to fail;
 * external subjects — ``package.module:attribute`` naming a :class:`Subject`, a zero-argument
-  callable returning one, or a single policy object whose contract is recognised by protocol.
+  callable returning one, or a single policy object whose protocol is that of exactly one contract
+  (a policy matching several, such as an ``align_moe`` for both MoE formats, must be bound by a
+  :class:`Subject`).
 
 Contract modules call :func:`register_contract` and :func:`register_subject` at import time.
 """
@@ -179,13 +181,27 @@ def known_bad() -> dict[str, Subject]:
 
 
 def _from_object(obj: Any, spec: str) -> Subject:
+    """The subject ``spec`` names: a :class:`Subject`, a policy class or object, or a factory.
+
+    A bare policy is bound to the one contract whose protocol it implements. Several contracts
+    share a protocol (``nvfp4_moe`` and ``mxfp4_moe`` both take ``align_moe``), and a policy
+    written for one of them fails the other's properties on every example: a policy matching
+    several contracts is a :class:`SubjectError` naming them and the ``Subject(...)`` that binds it.
+    """
     if isinstance(obj, Subject):
         return obj
     if isinstance(obj, type):  # a policy class: protocol checks would pass on the class itself
         return _from_object(obj(), spec)
-    matched = {name: obj for name, proto in contracts().items() if isinstance(obj, proto)}
+    matched = sorted(name for name, proto in contracts().items() if isinstance(obj, proto))
+    if len(matched) == 1:
+        return Subject(spec, f"external policy {spec}", {matched[0]: obj})
     if matched:
-        return Subject(spec, f"external policy {spec}", matched)
+        raise SubjectError(
+            f"{spec} is a bare policy whose protocol several contracts share ({', '.join(matched)}); bind it "
+            f"to the contract(s) it is written for with a subjects.registry.Subject: SUBJECT = Subject('my-engine', "
+            f"'what it does', {{CONTRACT: {type(obj).__name__}()}}), CONTRACT one of {', '.join(map(repr, matched))}, "
+            f"then --subject {spec.partition(':')[0]}:SUBJECT"
+        )
     if callable(obj):
         return _from_object(obj(), spec)
     raise SubjectError(

@@ -17,11 +17,12 @@ import torch
 
 from adapters.flashinfer_moe_kernels import flashinfer_padded
 from backends.nvfp4_moe import Nvfp4MoeBackend
-from contracts.moe import AlignedMoe, MoeAlignment, MoeWeights
+from contracts.moe import NVFP4_MOE, AlignedMoe, MoeAlignment, MoeWeights
 from contracts.mxfp4_linear import PreparedMxfp4Linear
 from reference.layouts import Fc1Layout
 from subjects.mxfp4_linear import BuiltinMxfp4Linear
 from subjects.nvfp4_moe import BuiltinNvfp4MoeAlignment, EndPaddingAlignment
+from subjects.registry import Subject
 
 # --- inputs unchanged ------------------------------------------------------------------------------
 
@@ -221,3 +222,10 @@ class AvoidsRows(BuiltinMxfp4Linear):
 
     def use_asm_gemm(self, scale_shape: tuple[int, ...]) -> bool:
         return super().use_asm_gemm(scale_shape) and scale_shape[0] != self.rows
+
+
+# --- probes as subjects (``--subject tests.probes:NAME``): an align_moe policy fits both MoE contracts,
+# so each is bound to the NVFP4 one it is written for
+
+ZERO_ROW_THEN_PAD = Subject("probe-zero-row-then-pad", "zeroes an input row, then pads", {NVFP4_MOE: ZeroRowThenPad()})
+FLAKY_END_PADDING = Subject("probe-flaky-end-padding", "end-pads one call in ten", {NVFP4_MOE: FlakyEndPadding()})

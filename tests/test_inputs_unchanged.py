@@ -94,7 +94,7 @@ def test_suite_run_reports_input_modified(tmp_path: Path) -> None:
     """End to end: the external probe subject fails the suite with the guard's message."""
     cmd = [
         sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-q", "-x", "conformance/test_nvfp4_moe.py",
-        "--subject", "tests.probes:ZeroRowThenPad", "-k", "layout_contract and trtllm",
+        "--subject", "tests.probes:ZERO_ROW_THEN_PAD", "-k", "layout_contract and trtllm",
         "--results", str(tmp_path / "results"),
     ]  # fmt: skip
     out = subprocess.run(

@@ -161,21 +161,25 @@ def test_cli_rejects_unknown_subject_backend_and_model(tmp_path: Path) -> None:
 
 @pytest.mark.long(81)
 def test_external_policy_by_import_path(tmp_path: Path) -> None:
+    """A bare ``align_moe`` policy fits both MoE contracts: a usage error naming them and the ``Subject`` form;
+    bound by a ``Subject``, it runs its contract's properties and its header says what it is bound to."""
     (tmp_path / "my_engine.py").write_text(
-        "from subjects.nvfp4_moe import BuiltinNvfp4MoeAlignment\n\n"
+        "from subjects.nvfp4_moe import BuiltinNvfp4MoeAlignment\nfrom subjects.registry import Subject\n\n"
         "class MyAlignment(BuiltinNvfp4MoeAlignment):\n    pass\n\npolicy = MyAlignment()\n"
+        "SUBJECT = Subject('my-engine', 'mine', {'nvfp4_moe': policy})\n"
     )
-    result = run_pytest(  # the cheapest property run on every backend: the subject's loading is under test
-        NVFP4,
-        "-k",
-        "layout_contract",
-        "--subject",
-        "my_engine:policy",
-        tmp_path=tmp_path,
-        env={"PYTHONPATH": os.pathsep.join(filter(None, [str(tmp_path), os.environ.get("PYTHONPATH")]))},
-    )
-    assert result.returncode == 0, result.stdout[-3000:]
-    assert f"{len(backends('nvfp4_moe'))} passed" in result.stdout  # one per backend
+    env = {"PYTHONPATH": os.pathsep.join(filter(None, [str(tmp_path), os.environ.get("PYTHONPATH")]))}
+    bare, bound = in_parallel(
+        lambda: run_pytest(NVFP4, "--subject", "my_engine:policy", tmp_path=tmp_path / "bare", env=env),
+        lambda: run_pytest(  # the cheapest property run on every backend: the subject's loading is under test
+            NVFP4, "-k", "layout_contract", "--subject", "my_engine:SUBJECT", "-v", tmp_path=tmp_path / "bound", env=env
+        ),
+    )  # fmt: skip
+    assert bare.returncode == 4, bare.stdout[-3000:] + bare.stderr[-3000:]
+    assert "several contracts share (mxfp4_moe, nvfp4_moe)" in bare.stderr and "Subject(" in bare.stderr
+    assert bound.returncode == 0, bound.stdout[-3000:]
+    assert f"{len(backends('nvfp4_moe'))} passed" in bound.stdout  # one per backend
+    assert "fp4 subject: my_engine:SUBJECT is bound to nvfp4_moe (MyAlignment)" in bound.stdout
 
 
 @pytest.mark.long(38)
@@ -246,8 +250,8 @@ def test_reproduction_command_round_trips(subject_path: str | None) -> None:
 
 
 def test_policy_class_by_import_path_is_instantiated() -> None:
-    subject = resolve("subjects.nvfp4_moe:BuiltinNvfp4MoeAlignment")
-    assert not isinstance(subject.policy("nvfp4_moe"), type)
+    subject = resolve("subjects.shared_expert:BuiltinSharedExpert")
+    assert not isinstance(subject.policy("shared_expert"), type)
 
 
 @pytest.mark.long(30)

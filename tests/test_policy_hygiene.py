@@ -228,7 +228,7 @@ def test_suite_run_reports_non_determinism(tmp_path: Path) -> None:
     so each second call that draws below 0.1 shows it (an aligned or non-gated layer would hide it)."""
     cmd = [
         sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-q", "-x", "conformance/test_nvfp4_moe.py",
-        "--subject", "tests.probes:FlakyEndPadding", "-k", "layout_contract and trtllm",
+        "--subject", "tests.probes:FLAKY_END_PADDING", "-k", "layout_contract and trtllm",
         "--model", "gemma-4-26b-a4b", "--tp", "4",
         "--results", str(tmp_path / "results"),
     ]  # fmt: skip
