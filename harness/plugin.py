@@ -50,7 +50,7 @@ from harness import database, devices, hardware, profiles, progress, records, re
 from harness.inputs import guard_inputs
 from strategies.catalog import MODELS, TP_DEGREES
 from strategies.pins import Pin, set_pin
-from strategies.presence import absent_layers
+from strategies.presence import absent_layers, pinned_layers
 
 profiles.register_profiles()
 
@@ -339,6 +339,8 @@ def pytest_report_header(config: pytest.Config) -> list[str]:
         f"example database {session.database}",
         f"fp4 pin: model {pin.model or 'any'}, tp {pin.tp or 'any'}, ep {ep}",
     ]
+    if (layers := pinned_layers(pin)) is not None:
+        lines.append(f"fp4 pin layers: {layers} (only these are drawn)")
     if session.moved is not None:
         lines.append(f"fp4: the last run in {session.results} never finished; its records are in {session.moved}")
     return lines

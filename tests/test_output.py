@@ -78,7 +78,10 @@ def test_header_names_binding_profile_database_and_deselections(tmp_path: Path) 
     assert line.endswith("(subject bad-gated-pad16 does not implement them)") and "of mxfp4_moe" in line
     assert pinned.returncode == 0, pinned.stdout[-3000:] + pinned.stderr[-3000:]
     assert "fp4 deselected: 3 tests: 3 of shared_expert (gemma-4-26b-a4b has no shared expert)" in pinned.stdout
-    assert "1 passed" in pinned.stdout.splitlines()[-1]
+    layers = "routed experts; MXFP4 linear layers: mlp.gate_up_proj; shared expert: no (only these are drawn)"
+    assert f"fp4 pin layers: {layers}" in pinned.stdout
+    last = pinned.stdout.splitlines()[-1]
+    assert "passed" in last and "failed" not in last and "skipped" not in last, last
 
 
 # --- 2. skip reasons: one line, the suite's own ----------------------------------------------------
