@@ -395,6 +395,10 @@ def _deselect_other_backends(config: pytest.Config, items: list[pytest.Item]) ->
         items[:] = keep
 
 
+DESELECTED = "deselected.json"
+"""Written by worker ``gw0`` under xdist: the controller collects nothing, and prints the worker's count."""
+
+
 def _not_run_here(session: Session, contract: str | None) -> str | None:
     """Why a test of ``contract`` is deselected: the subject is not bound to it, or the pinned
     model has no layer of it (:func:`strategies.presence.absent_layers`); None when it runs."""
@@ -424,10 +428,6 @@ def _deselect_not_run_here(config: pytest.Config, items: list[pytest.Item]) -> N
     if session.deselected and hasattr(config, "workerinput") and records.worker_name() == "gw0":
         rows = [[why, contract, n] for (why, contract), n in sorted(session.deselected.items())]
         records.write_json(session.results / DESELECTED, rows, indent=None)
-
-
-DESELECTED = "deselected.json"
-"""Written by worker ``gw0`` under xdist: the controller collects nothing, and prints the worker's count."""
 
 
 def deselection_line(counts: Counter) -> str | None:
@@ -550,7 +550,7 @@ def _one_line_skip(item: pytest.Item, report: pytest.TestReport) -> None:
     """A skip's reason is its first line: Hypothesis appends the explicit example's repr and notes
     (config, reproduction) to a skip raised inside one. Hypothesis's own "told to run no test cases"
     (nothing stored for a replay) gets the suite's reason and the test's location."""
-    reason = skip_reason(report).strip().splitlines()[0] if skip_reason(report).strip() else "skipped"
+    reason = (skip_reason(report).strip() or "skipped").splitlines()[0]
     location = report.longrepr[:2] if isinstance(report.longrepr, tuple) else (str(item.path), 0)
     if reason.startswith(NO_STORED_EXAMPLE):
         session = item.config.stash[SESSION]

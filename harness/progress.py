@@ -76,7 +76,10 @@ def writer(config: pytest.Config) -> Callable[[str], None]:
 
     def write(line: str) -> None:
         reporter = config.pluginmanager.get_plugin("terminalreporter")
-        if reporter is not None:
-            reporter.write_line(line)
+        if reporter is None:
+            return
+        if getattr(reporter._tw, "width_of_current_line", 0):  # after xdist's progress characters
+            reporter._tw.line()
+        reporter.write_line(line)
 
     return write
