@@ -22,6 +22,12 @@ Options (``pytest --help``, group "fp4-conformance"):
   crashed, killed or hung run leaves a failing record naming the test it died in.
 * ``--example-time-limit SECONDS``: per-example time limit (default: the profile's,
   :data:`harness.profiles.TIME_LIMITS`; 0 turns it off).
+* ``--fp4-progress SECONDS``: under xdist, name each test still running after this long
+  (:mod:`harness.progress`; 0 turns it off).
+
+The header says what runs: the subject and the contracts it is bound to, the Hypothesis profile
+and example database, the pins and a pinned model's layers. Tests of contracts the subject does
+not implement, or whose layer the pinned model lacks, are deselected and counted in one line.
 
 Markers: ``contract(name)`` names a test's contract; ``backends(*members, kernel=False)`` narrows
 the ``backend`` parameters (which come from the backend records, :mod:`backends`; the ``check``
