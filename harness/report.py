@@ -14,6 +14,12 @@ that died), ``device-*.json`` (which GPU each worker was pinned to) and ``expect
   per-host device records;
 * ``OUT/summary.json``: the merged matrix and lists, for tools.
 
+Both pages list the matrix rows with failures first, and failures grouped by root cause (the
+exception type and message with numbers normalised, :func:`root_cause`); a message longer than
+:data:`SHORT` characters is cut with an ellipsis (the HTML page keeps the whole behind
+``<details>``). The command prints only the verdict, its reasons, the totals, the largest root
+causes and the three files' paths (:func:`summary_text`).
+
 Failures are read from JUnit ``<failure>``/``<error>`` elements: the reproduction is the
 ``reproduce`` property when the plugin attached one, else the ``reproduce:`` line of the
 failure text; the configuration is the ``config:`` line Hypothesis printed as a note. A failure
