@@ -22,14 +22,8 @@ from backends.mxfp4_moe import Mxfp4MoeBackend
 from backends.nvfp4_moe import CONTRACT as NVFP4_MOE
 from backends.nvfp4_moe import Nvfp4MoeBackend
 from contracts.mxfp4_linear import CONTRACT as MXFP4_LINEAR
-from reference.layouts import (
-    Fc1Layout,
-)
-from subjects.engine_tools import (
-    BackendMap,
-    StandInPackage,
-    not_mapped_reason,
-)
+from reference.layouts import Fc1Layout
+from subjects.engine_tools import BackendMap, StandInPackage, not_mapped_reason
 
 SGLANG_VERSION = "0.5.23"
 """The SGLang release the adapters were written against (``scripts/install-sglang-cpu.sh`` pins it)."""

@@ -15,12 +15,7 @@ import torch
 from backends.mxfp4_linear import AiterLinearPath
 from contracts.mxfp4_linear import PreparedMxfp4Linear
 from reference.formats import MxScaleRounding
-from subjects.engine_tools import (
-    QUANTIZER_ROUNDING,
-    call_name,
-    mapped_member,
-    reference_shuffle_weight,
-)
+from subjects.engine_tools import QUANTIZER_ROUNDING, call_name, mapped_member, reference_shuffle_weight
 from subjects.sglang.bridge import LINEAR_PATHS, SglangSourceMismatch, sglang_modules
 
 SGLANG_AITER_QUANTIZERS = {"per_1x32_f4_quant": "per_1x32_f4_quant_hip", "dynamic_mxfp4_quant": "dynamic_mxfp4_quant"}

@@ -17,14 +17,8 @@ from adapters import triton_kernels as tk
 from backends.mxfp4_moe import Mxfp4MoeBackend
 from contracts.errors import LibraryUnavailable, UnsupportedConfig
 from contracts.moe import AlignedMoe, MoeWeights, relayout_moe
-from reference.layouts import (
-    Fc1Layout,
-)
-from subjects.engine_tools import (
-    cuda_as_identity,
-    pass_through,
-    stand_in_function,
-)
+from reference.layouts import Fc1Layout
+from subjects.engine_tools import cuda_as_identity, pass_through, stand_in_function
 from subjects.sglang.bridge import MXFP4_BACKENDS, SglangSourceMismatch, not_mapped
 from subjects.sglang.layer import sglang_layer_context
 
@@ -107,7 +101,7 @@ def load_stacked_experts(layer: torch.nn.Module, weights: MoeWeights) -> None:
 def mxfp4_layer(
     backend: Mxfp4MoeBackend, checkpoint: MoeWeights, tp: int = 1, rank: int = 0, ep: int = 1
 ) -> Iterator[tuple[types.SimpleNamespace, torch.nn.Module]]:
-    """Rank ``rank`` of a ``tp`` x ``ep`` grid (:func:`parallel_layout`) of an MXFP4 MoE layer after SGLang's loader has read the whole ``checkpoint``.
+    """Rank ``rank`` of a ``tp`` x ``ep`` grid (:func:`~subjects.sglang.layer.parallel_layout`) of an MXFP4 MoE layer after SGLang's loader has read the whole ``checkpoint``.
 
     A real ``FusedMoE`` (``Mxfp4Config(is_checkpoint_mxfp4_serialized=True)``) built under ``backend``'s
     selection (:data:`MXFP4_BACKENDS`, :func:`sglang_layer_context`): its constructor rounds the hidden
@@ -205,7 +199,7 @@ groups, E8M0 scales), which ``QuarkConfig.from_config`` reads."""
 def quark_layer(
     checkpoint: MoeWeights, tp: int = 1, rank: int = 0, ep: int = 1
 ) -> Iterator[tuple[types.SimpleNamespace, torch.nn.Module]]:
-    """Rank ``rank`` of a ``tp`` x ``ep`` grid (:func:`parallel_layout`) of a Quark OCP-MX MXFP4 MoE layer on AITER after SGLang's loader has read the
+    """Rank ``rank`` of a ``tp`` x ``ep`` grid (:func:`~subjects.sglang.layer.parallel_layout`) of a Quark OCP-MX MXFP4 MoE layer on AITER after SGLang's loader has read the
     whole stacked ``[gate; up]`` ``checkpoint``, before post-load processing.
 
     A real ``FusedMoE`` with ``QuarkConfig.from_config(QUARK_OCP_MX_CONFIG)`` under :data:`MXFP4_BACKENDS`'
@@ -276,7 +270,7 @@ def process_mxfp4_layer(
     biased: bool,
 ) -> AlignedMoe:
     """The layer's ``quant_method.process_weights_after_loading``, ``device_calls`` (``(module, name)`` in
-    :func:`sglang_modules`' namespace) passed through and ``Tensor.cuda`` kept on the CPU: the buffers SGLang
+    :func:`~subjects.sglang.bridge.sglang_modules`' namespace) passed through and ``Tensor.cuda`` kept on the CPU: the buffers SGLang
     hands those calls, read in ``fc1_layout`` (the order the branch's source leaves)."""
     with contextlib.ExitStack() as stack:
         for module, name in device_calls:

@@ -16,15 +16,8 @@ import torch
 from backends.nvfp4_moe import Nvfp4MoeBackend
 from contracts.errors import LibraryUnavailable
 from contracts.moe import AlignedMoe, MoeWeights
-from reference.layouts import (
-    grouped_gate_up_interleave,
-    inverse_permutation,
-    unswizzle_128x4,
-)
-from subjects.engine_tools import (
-    pass_through,
-    stand_in_function,
-)
+from reference.layouts import grouped_gate_up_interleave, inverse_permutation, unswizzle_128x4
+from subjects.engine_tools import pass_through, stand_in_function
 from subjects.sglang.bridge import NVFP4_BACKENDS, SglangSourceMismatch, not_mapped
 from subjects.sglang.layer import sglang_layer_context
 
@@ -67,7 +60,7 @@ def nvfp4_fused_moe(
     rank: int = 0,
     ep: int = 1,
 ) -> Iterator[tuple[types.SimpleNamespace, torch.nn.Module]]:
-    """A real ``FusedMoE`` of rank ``rank`` of a ``tp`` x ``ep`` grid (:func:`parallel_layout`) for a ModelOpt NVFP4 checkpoint (``ModelOptFp4Config``,
+    """A real ``FusedMoE`` of rank ``rank`` of a ``tp`` x ``ep`` grid (:func:`~subjects.sglang.layer.parallel_layout`) for a ModelOpt NVFP4 checkpoint (``ModelOptFp4Config``,
     group 16, per-token activation scales where :data:`NVFP4_BACKENDS` says) of global ``intermediate``
     size, under ``--moe-runner-backend`` :data:`NVFP4_BACKENDS` on a B200 (:func:`sglang_layer_context`): its
     constructor picks ``ModelOptNvFp4FusedMoEMethod``, whose ``create_weights`` rounds and allocates."""

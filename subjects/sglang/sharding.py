@@ -36,10 +36,7 @@ from contracts.errors import UnsupportedConfig
 from contracts.moe import MoeWeights, cut_hidden, relayout_moe
 from contracts.moe_sharding import ShardRefused
 from reference.formats import NVFP4_BLOCK
-from reference.layouts import (
-    Fc1Layout,
-    relayout_fc1,
-)
+from reference.layouts import Fc1Layout, relayout_fc1
 from subjects.moe_sharding import LoaderSharding
 from subjects.sglang.bridge import MXFP4_BACKENDS, NVFP4_BACKENDS, not_mapped
 from subjects.sglang.mxfp4_moe import gpt_oss_family, load_mxfp4_rank, load_quark_mxfp4_rank

@@ -19,10 +19,7 @@ from backends.mxfp4_moe import Mxfp4MoeBackend
 from backends.nvfp4_moe import CONTRACT as NVFP4_MOE
 from backends.nvfp4_moe import Nvfp4MoeBackend
 from contracts.mxfp4_linear import CONTRACT as MXFP4_LINEAR
-from subjects.engine_tools import (
-    BackendMap,
-    not_mapped_reason,
-)
+from subjects.engine_tools import BackendMap, not_mapped_reason
 
 
 class VllmUnavailable(RuntimeError):

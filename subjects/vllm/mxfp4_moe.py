@@ -15,9 +15,7 @@ import torch
 from adapters import triton_kernels
 from backends.mxfp4_moe import Mxfp4MoeBackend
 from contracts.moe import AlignedMoe, MoeWeights, pad_moe
-from reference.layouts import (
-    Fc1Layout,
-)
+from reference.layouts import Fc1Layout
 from subjects.mxfp4_moe import BuiltinMxfp4MoeAlignment
 from subjects.vllm.bridge import MXFP4_BACKENDS, VllmSourceMismatch, vllm_modules
 

@@ -22,9 +22,7 @@ from reference.layouts import (
     swap_halves,
     unswizzle_128x4,
 )
-from subjects.engine_tools import (
-    cuda_as_identity,
-)
+from subjects.engine_tools import cuda_as_identity
 from subjects.vllm.bridge import NVFP4_BACKENDS, not_mapped, vllm_modules
 
 

@@ -46,11 +46,7 @@ from contracts.errors import UnsupportedConfig
 from contracts.moe import MoeWeights, cut_hidden
 from contracts.moe_sharding import ShardRefused
 from reference.formats import NVFP4_BLOCK
-from reference.layouts import (
-    Fc1Layout,
-    relayout_fc1,
-    split_fc1,
-)
+from reference.layouts import Fc1Layout, relayout_fc1, split_fc1
 from subjects.moe_sharding import NAN_BYTE, LoaderSharding
 from subjects.vllm.bridge import MXFP4_BACKENDS, NVFP4_BACKENDS, not_mapped, sharding_modules
 from subjects.vllm.mxfp4_moe import ROCM_BACKENDS, rocm_platform

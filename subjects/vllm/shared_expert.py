@@ -13,9 +13,7 @@ import types
 from unittest import mock
 
 from contracts.shared_expert import SharedExpertPlacement, SharedExpertRefused, SharedExpertSetup
-from subjects.engine_tools import (
-    call_name,
-)
+from subjects.engine_tools import call_name
 from subjects.vllm.bridge import VllmSourceMismatch, vllm_modules
 from subjects.vllm.mxfp4_linear import VllmAiterMxfp4Linear
 

@@ -15,19 +15,9 @@ import torch
 from adapters import flashinfer as fi
 from backends.mxfp4_moe import CONTRACT as MXFP4_MOE
 from backends.mxfp4_moe import Mxfp4MoeBackend
-from reference.layouts import (
-    Fc1Layout,
-)
-from subjects.engine_tools import (
-    BackendMap,
-    not_mapped_reason,
-    pass_through,
-)
-from subjects.sglang.bridge import (
-    import_required,
-    sglang_modules,
-    source_matches,
-)
+from reference.layouts import Fc1Layout
+from subjects.engine_tools import BackendMap, not_mapped_reason, pass_through
+from subjects.sglang.bridge import import_required, sglang_modules, source_matches
 
 DSV4_REQUIRED_SYMBOLS = {
     "sglang.srt.layers.quantization.fp8": ("Fp8Config", "Fp8MoEMethod"),
@@ -66,7 +56,7 @@ DSV4_ATTRIBUTES = (
 @functools.cache
 def dsv4_modules() -> types.SimpleNamespace:
     """:func:`subjects.sglang.bridge.sglang_modules` plus the modules of :data:`DSV4_REQUIRED_SYMBOLS`, every symbol and
-    :data:`DSV4_ATTRIBUTES` checked: :class:`SglangSourceMismatch` names each missing one."""
+    :data:`DSV4_ATTRIBUTES` checked: :class:`~subjects.sglang.bridge.SglangSourceMismatch` names each missing one."""
     m = sglang_modules()
     modules, missing = import_required(DSV4_REQUIRED_SYMBOLS, "SGLang's DeepSeek-V4 path")
     dsv4 = modules["sglang.srt.models.deepseek_v4"]
@@ -117,7 +107,7 @@ class SglangDsv4Backend:
     (``(module, name, value)``, modules in :func:`dsv4_modules`' namespace); ``device_calls``: the calls
     ``process_weights_after_loading`` makes that need a GPU or apply a layout the properties apply themselves,
     ``(module, name, stand_in)``; ``fc1_layout``: the FC1 row order of the buffers those calls get (read from
-    the method's source); ``read``: how the prepared buffers are read back (:data:`READERS`).
+    the method's source); ``read``: how the prepared buffers are read back (:data:`subjects.sglang.dsv4.mxfp4_moe.READERS`).
     """
 
     runner: str

@@ -11,9 +11,7 @@ from backends.mxfp4_moe import Mxfp4MoeBackend
 from contracts.moe_sharding import CONTRACT as MOE_SHARDING
 from reference.formats import MXFP4_BLOCK
 from subjects.registry import KnownFailure
-from subjects.sglang.bridge import (
-    SGLANG_SOURCE,
-)
+from subjects.sglang.bridge import SGLANG_SOURCE
 from subjects.sglang.dsv4.bridge import DSV4_BACKENDS
 from subjects.sglang.dsv4.sharding import CUTLASS_REFUSAL
 from subjects.sglang.ledger import FUSED_MOE_LOADERS

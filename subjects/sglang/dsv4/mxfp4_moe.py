@@ -17,13 +17,8 @@ from backends.mxfp4_moe import Mxfp4MoeBackend
 from contracts.errors import CheckpointNotServed, LibraryUnavailable, UnsupportedConfig
 from contracts.moe import AlignedMoe, MoeWeights, cut_hidden, relayout_moe
 from reference.formats import MXFP4_BLOCK
-from reference.layouts import (
-    Fc1Layout,
-    split_fc1,
-)
-from subjects.sglang.bridge import (
-    SglangSourceMismatch,
-)
+from reference.layouts import Fc1Layout, split_fc1
+from subjects.sglang.bridge import SglangSourceMismatch
 from subjects.sglang.dsv4.bridge import DSV4_BACKENDS, SglangDsv4Backend, dsv4_modules, not_mapped
 from subjects.sglang.layer import sglang_layer_context
 

@@ -33,10 +33,7 @@ from __future__ import annotations
 from backends.mxfp4_moe import CONTRACT as MXFP4_MOE
 from contracts.moe_sharding import CONTRACT as MOE_SHARDING
 from subjects.registry import Subject, register_subject
-from subjects.sglang.bridge import (
-    SGLANG_VERSION,
-    sglang_missing,
-)
+from subjects.sglang.bridge import SGLANG_VERSION, sglang_missing
 from subjects.sglang.dsv4.ledger import DSV4_KNOWN_FAILURES, DSV4_SHARDING_FAILURES
 from subjects.sglang.dsv4.mxfp4_moe import SglangDsv4MoeAlignment
 from subjects.sglang.dsv4.sharding import SglangDsv4MoeSharding
