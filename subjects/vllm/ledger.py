@@ -15,6 +15,7 @@ from backends.nvfp4_moe import CONTRACT as NVFP4_MOE
 from backends.nvfp4_moe import Nvfp4MoeBackend
 from contracts.moe_sharding import CONTRACT as MOE_SHARDING
 from contracts.mxfp4_linear import CONTRACT as MXFP4_LINEAR
+from reference.layouts import asm_scale_swizzle_ok
 from reference.sizes import round_up
 from subjects.mxfp4_moe import TRITON_ODD_GROUP_FAILURES
 from subjects.registry import KnownFailure
@@ -26,7 +27,7 @@ def _asm_force_triton_rows(case: Any) -> bool:
     (the 96-row rule of vLLM PR #58139)."""
     shape = tuple(case.shape)
     defects = covering(AITER_LINEAR_DEFECTS, AiterLinearPath.ASM.value, shape)
-    return len(shape) == 2 and shape[1] % 8 == 0 and any(d.required for d in defects)
+    return len(shape) == 2 and asm_scale_swizzle_ok(*shape) and any(d.required for d in defects)
 
 
 def _aiter_w4a4_inter_not_256(config: Any) -> bool:

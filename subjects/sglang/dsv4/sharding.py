@@ -12,7 +12,7 @@ from contracts.moe import MoeWeights, relayout_moe
 from contracts.moe_sharding import ShardRefused
 from reference.formats import MXFP4_BLOCK
 from subjects.moe_sharding import LoaderSharding
-from subjects.sglang.dsv4.bridge import DSV4_BACKENDS
+from subjects.sglang.dsv4.bridge import DSV4_BACKENDS, not_mapped
 from subjects.sglang.dsv4.mxfp4_moe import load_dsv4_rank
 from subjects.sglang.sharding import uneven_split_refused
 
@@ -37,7 +37,7 @@ class SglangDsv4MoeSharding(LoaderSharding):
             raise CheckpointNotServed("DeepSeek-V4's FP4 experts are gated MXFP4 (32-element groups)")
         backend = DSV4_SHARDING_BACKEND if backend is None else backend
         if backend not in DSV4_BACKENDS:
-            raise CheckpointNotServed(f"SGLang has no DeepSeek-V4 FP4 expert method for {backend.value}")
+            raise CheckpointNotServed(not_mapped(backend))
         experts = ckpt.w13.shape[0]
         with uneven_split_refused(ckpt.intermediate_size, tp, experts, ep), cutlass_refusal():
             loaded = load_dsv4_rank(backend, ckpt, tp, ep_rank * tp + tp_rank, ep)
