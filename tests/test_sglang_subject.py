@@ -438,6 +438,9 @@ def test_loader_split_is_the_modelled_split(model: str, tp: int, backend: Nvfp4M
     multiple = SPLIT_MULTIPLE.get((NVFP4_BACKENDS[backend].runner, gated), 1)
     per_rank = padded_split(size, tp, multiple)
     ip = round_up(size // tp, multiple)
+    # I/tp not whole 16-groups (CUTLASS, CuteDSL): the loader cuts scale groups, the sharding ledger's entry
+    # (test_cutlass_nvfp4_split_cuts_groups_in_0_5_23), not this split
+    assume(ip % 16 == 0)
     g = torch.Generator().manual_seed(size * tp)
     f, h = (2 if gated else 1), 64
 
