@@ -10,7 +10,7 @@ their markers) and ``--backend`` selects among them; properties and the built-in
 in the record instead of branching on the member.
 
 Adding a backend: an enum member and its record in the contract's module here, its library adapter in
-:mod:`adapters`, and its engine mapping (for example :mod:`subjects.vllm`); ``tests/test_backends.py``
+:mod:`adapters`, and its engine mapping (for example :mod:`subjects.vllm.bridge`); ``tests/test_backends.py``
 checks that every member has a complete record.
 """
 

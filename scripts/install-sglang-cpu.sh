@@ -6,7 +6,7 @@
 #
 # torchvision is NOT installed: its PyPI wheel replaces torch with a CUDA build (~7 GB) and does not
 # load on CPU torch anyway. SGLang imports it only through its multimodal processors, which its
-# config package imports; subjects/sglang.py puts a stand-in `torchvision` module in sys.modules
+# config package imports; subjects/sglang/bridge.py puts a stand-in `torchvision` module in sys.modules
 # before importing SGLang when the real one is absent (sglang_modules() documents it).
 #
 # usage: source VENV/bin/activate && scripts/install-sglang-cpu.sh
@@ -43,7 +43,7 @@ import sys, time, torch
 assert torch.__version__.startswith("2.13.0") and torch.version.cuda is None, torch.__version__
 sys.path.insert(0, ".")
 t = time.time()
-from subjects.sglang import sglang_modules
+from subjects.sglang.bridge import sglang_modules
 m = sglang_modules()
 print(f"sglang {m.version} import OK in {time.time() - t:.1f}s, torch {torch.__version__}")
 PY

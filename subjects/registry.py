@@ -31,9 +31,9 @@ _CONTRACT_MODULES = (
     "subjects.shared_expert",
     "subjects.mxfp4_moe",
     "subjects.moe_sharding",
-    "subjects.vllm",
-    "subjects.sglang",
-    "subjects.sglang_dsv4",
+    "subjects.vllm.subject",
+    "subjects.sglang.subject",
+    "subjects.sglang.dsv4.subject",
 )
 
 

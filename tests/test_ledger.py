@@ -118,7 +118,7 @@ def test_generic_messages_need_the_upstream_function(match: str) -> None:
         ("load_w13",),
         (":FusedMoE.load_w13",),
         ("conformance.moe_checks:assert_idempotent",),  # the property itself: says nothing about the bug
-        ("subjects.sglang:SglangMxfp4MoeAlignment.align_moe",),  # an adapter: the probe's bug lives there
+        ("subjects.sglang.mxfp4_moe:SglangMxfp4MoeAlignment.align_moe",),  # an adapter: the probe's bug lives there
         (LOADER, "harness.runner:run_check"),
     ],
 )

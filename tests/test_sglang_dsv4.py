@@ -25,12 +25,15 @@ from contracts.moe import MoeWeights
 from reference.layouts import Fc1Layout, split_fc1
 from strategies.catalog import SWIGLU
 from strategies.moe_sharding import ShardingConfig
-from subjects import sglang_dsv4 as ds
 from subjects.registry import backends, contracts, resolve
+from subjects.sglang.bridge import SglangSourceMismatch
+from subjects.sglang.dsv4.bridge import DSV4_BACKENDS, dsv4_modules
+from subjects.sglang.dsv4.ledger import DSV4_KNOWN_FAILURES, DSV4_SHARDING_FAILURES
+from subjects.sglang.dsv4.mxfp4_moe import DSV4_PREFIX, SglangDsv4MoeAlignment, dsv4_checkpoint, load_dsv4_rank
 
 pytestmark = pytest.mark.sglang
 
-DSV4 = ds.SglangDsv4MoeAlignment()
+DSV4 = SglangDsv4MoeAlignment()
 TRTLLM, CUTLASS, MARLIN = (
     Mxfp4MoeBackend.FLASHINFER_TRTLLM,
     Mxfp4MoeBackend.FLASHINFER_CUTLASS_SM90,
@@ -61,34 +64,34 @@ def test_subject_policies_implement_their_contracts() -> None:
 
 
 def test_known_failures_name_real_checks_and_backends() -> None:
-    for known in ds.DSV4_KNOWN_FAILURES + ds.DSV4_SHARDING_FAILURES:
+    for known in DSV4_KNOWN_FAILURES + DSV4_SHARDING_FAILURES:
         assert known.link.startswith("https://github.com/")
         assert known.backend is None or known.backend in {b.value for b in backends(known.contract)}
         assert known.check is None or hasattr(test_mxfp4_moe, known.check), known.check
 
 
 def test_a_moved_symbol_is_named(monkeypatch: pytest.MonkeyPatch) -> None:
-    ds.dsv4_modules()  # the real import first, so only the symbol check runs again
+    dsv4_modules()  # the real import first, so only the symbol check runs again
     module = importlib.import_module("sglang.srt.layers.quantization.mxfp4_flashinfer_trtllm_moe")
     monkeypatch.delattr(module, "_pad_intermediate_size")
-    ds.dsv4_modules.cache_clear()
+    dsv4_modules.cache_clear()
     try:
-        with pytest.raises(ds.SglangSourceMismatch, match=r"mxfp4_flashinfer_trtllm_moe\._pad_intermediate_size"):
-            ds.dsv4_modules()
+        with pytest.raises(SglangSourceMismatch, match=r"mxfp4_flashinfer_trtllm_moe\._pad_intermediate_size"):
+            dsv4_modules()
     finally:
-        ds.dsv4_modules.cache_clear()
+        dsv4_modules.cache_clear()
 
 
 def test_checkpoint_names_reach_every_parameter() -> None:
     """DeepSeek-V4's names (``layers.L.ffn.experts.E.w1.weight`` / ``.scale``), through
     ``remap_weight_name_to_dpsk_hf_format`` and ``make_expert_params_mapping``, reach the four expert parameters."""
-    m = ds.dsv4_modules()
+    m = dsv4_modules()
     names = {
         m.dsv4.DeepseekV4ForCausalLM.remap_weight_name_to_dpsk_hf_format(n, num_hidden_layers=1)
-        for n, _ in ds.dsv4_checkpoint(_weights(64, 64, e=1))
+        for n, _ in dsv4_checkpoint(_weights(64, 64, e=1))
     }
     assert names == {
-        f"{ds.DSV4_PREFIX}.0.{proj}.{kind}"
+        f"{DSV4_PREFIX}.0.{proj}.{kind}"
         for proj in ("gate_proj", "up_proj", "down_proj")
         for kind in ("weight", "weight_scale_inv")
     }
@@ -116,7 +119,7 @@ repack pads its bf16 ``2^e`` scales with 0.0 (which ``mxfp4_marlin_process_scale
 nothing."""
 
 
-@pytest.mark.parametrize("backend", list(ds.DSV4_BACKENDS))
+@pytest.mark.parametrize("backend", list(DSV4_BACKENDS))
 def test_post_load_keeps_pairs(backend: Mxfp4MoeBackend) -> None:
     """Read in the order the subject declares (the kernel's), each half holds the checkpoint's gate / up rows then
     its padding (zero codes, the method's scale fill); FC2 keeps its corner and pads K with zero codes."""
@@ -124,7 +127,7 @@ def test_post_load_keeps_pairs(backend: Mxfp4MoeBackend) -> None:
     weights = _weights(i, h, seed=3)
     aligned = DSV4.align_moe(backend, weights, True)
     out, ip = aligned.weights, aligned.intermediate_size
-    assert out.fc1_layout is ds.DSV4_BACKENDS[backend].fc1_layout
+    assert out.fc1_layout is DSV4_BACKENDS[backend].fc1_layout
     for name, fill in (("w13", 0), ("w13_scale", PAD_SCALE[backend])):
         for half, a, b in zip(("gate", "up"), split_fc1(getattr(weights, name), Fc1Layout.GATE_UP),
                               split_fc1(getattr(out, name), out.fc1_layout), strict=True):  # fmt: skip
@@ -142,7 +145,7 @@ def test_biased_checkpoints_are_not_served() -> None:
         DSV4.align_moe(TRTLLM, _weights(128, 128, biased=True), True)
 
 
-@pytest.mark.parametrize("backend", list(ds.DSV4_BACKENDS))
+@pytest.mark.parametrize("backend", list(DSV4_BACKENDS))
 @pytest.mark.parametrize("tp", [2, 4, 8])
 def test_loader_split_is_even(backend: Mxfp4MoeBackend, tp: int) -> None:
     """SGLang's loader, given the whole checkpoint at every rank, fills rank ``r``'s buffers with channels
@@ -152,7 +155,7 @@ def test_loader_split_is_even(backend: Mxfp4MoeBackend, tp: int) -> None:
     ckpt = _weights(i, h, e=1, seed=tp)
     part = i // tp
     for rank in range(tp):
-        loaded = ds.load_dsv4_rank(backend, ckpt, tp, rank)
+        loaded = load_dsv4_rank(backend, ckpt, tp, rank)
         start = rank * part
         for name in ("w13", "w13_scale"):
             for half, (a, b) in enumerate(
@@ -199,7 +202,7 @@ def test_trtllm_tp16_deepseek_v4_1_flash_mispairs_fc2_scales_in_0_5_23() -> None
     splits such a layer on whole groups (or refuses it); then update the ledger."""
     i, h, tp = 2304, 64, 16
     ckpt = _weights(i, h, e=1, seed=16)
-    loaded = ds.load_dsv4_rank(TRTLLM, ckpt, tp, 1)
+    loaded = load_dsv4_rank(TRTLLM, ckpt, tp, 1)
     assert torch.equal(loaded.w2, ckpt.w2[..., 72:144])  # channels [144, 288): bytes of 2 channels each
     assert loaded.w2_scale.shape[-1] == 4
     assert torch.equal(loaded.w2_scale, ckpt.w2_scale[..., 4:8])  # groups [128, 256), not those of [144, 288)
@@ -230,7 +233,7 @@ def test_sharding_findings_are_the_ledgers(
     config = replace(SHARD, intermediate=intermediate, hidden=hidden, backend=backend.value)
     policy = resolve("sglang-deepseek-v4").policy("moe_sharding")
     for check in (test_moe_sharding.check_every_element_on_one_rank, test_moe_sharding.check_ranks_sum_to_layer):
-        known = [k for k in ds.DSV4_SHARDING_FAILURES if k.matches("moe_sharding", check.__name__, None, config)]
+        known = [k for k in DSV4_SHARDING_FAILURES if k.matches("moe_sharding", check.__name__, None, config)]
         if ledger is None:
             assert not known
             check(config, None, policy)
@@ -248,7 +251,7 @@ def test_sharding_findings_are_the_ledgers(
     ep=st.sampled_from((1, 2, 4)),
     experts=st.integers(1, 4),
     hidden=st.sampled_from((256, 320, 512)),
-    backend=st.sampled_from(list(ds.DSV4_BACKENDS)),
+    backend=st.sampled_from(list(DSV4_BACKENDS)),
 )
 def test_sharding_ledger_is_exact(
     groups: int, tp: int, ep: int, experts: int, hidden: int, backend: Mxfp4MoeBackend
@@ -262,7 +265,7 @@ def test_sharding_ledger_is_exact(
     )
     policy = resolve("sglang-deepseek-v4").policy("moe_sharding")
     for check in (test_moe_sharding.check_every_element_on_one_rank, test_moe_sharding.check_ranks_sum_to_layer):
-        known = [k for k in ds.DSV4_SHARDING_FAILURES if k.matches("moe_sharding", check.__name__, None, config)]
+        known = [k for k in DSV4_SHARDING_FAILURES if k.matches("moe_sharding", check.__name__, None, config)]
         if not known:
             check(config, None, policy)
             continue

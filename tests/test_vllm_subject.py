@@ -4,7 +4,7 @@
   the AITER linear guard and weight processing, the shared-expert composition, the MXFP4 oracle's
   sizes (AITER under the patched ROCm platform), the NVFP4 CUTLASS branch.
 * The source readers (activation quantizer per path, fusion-before-replicate order) read the
-  installed vLLM, and raise :class:`subjects.vllm.VllmSourceMismatch` on altered sources, so a
+  installed vLLM, and raise :class:`subjects.vllm.bridge.VllmSourceMismatch` on altered sources, so a
   vLLM regression of either fails the properties instead of passing silently.
 * The known-failure ledger names only contracts, backends and checks that exist.
 """
@@ -30,14 +30,27 @@ from contracts.shared_expert import SharedExpertPlacement, SharedExpertRefused, 
 from reference.formats import MxScaleRounding
 from reference.layouts import Fc1Layout, aiter_shuffle_weight, grouped_gate_up_interleave, vllm_asm_scale_swizzle
 from strategies.shared_expert import shared_expert_case
-from subjects import vllm as sv
 from subjects.registry import backends, contracts, resolve
-from subjects.vllm_sharding import VllmMoeSharding
+from subjects.vllm import nvfp4_moe as vllm_nvfp4_moe
+from subjects.vllm import shared_expert as vllm_shared_expert
+from subjects.vllm.bridge import MXFP4_BACKENDS, VllmSourceMismatch, vllm_modules
+from subjects.vllm.ledger import VLLM_KNOWN_FAILURES, VLLM_SHARDING_FAILURES
+from subjects.vllm.mxfp4_linear import linear_path_quantizers, quantizers_from_source
+from subjects.vllm.mxfp4_moe import VllmMxfp4MoeAlignment, hopper_scale_groups, triton_kernel_format
+from subjects.vllm.nvfp4_moe import VllmNvfp4MoeAlignment
+from subjects.vllm.sharding import VllmMoeSharding
+from subjects.vllm.shared_expert import (
+    FSE_RESOLVER,
+    REPLICATE_GATE,
+    VllmQwen3NextSharedExpert,
+    call_order_problem,
+    fse_order_problem,
+)
 
 pytestmark = pytest.mark.vllm
 
 ASM, TRITON = AiterLinearPath.ASM, AiterLinearPath.TRITON
-POLICY = sv.VllmQwen3NextSharedExpert()
+POLICY = VllmQwen3NextSharedExpert()
 
 
 def test_subject_implements_every_contract() -> None:
@@ -56,7 +69,7 @@ def test_known_failures_name_real_checks_and_backends() -> None:
         "mxfp4_moe": test_mxfp4_moe,
         "moe_sharding": test_moe_sharding,
     }
-    for known in sv.VLLM_KNOWN_FAILURES + sv.VLLM_SHARDING_FAILURES:
+    for known in VLLM_KNOWN_FAILURES + VLLM_SHARDING_FAILURES:
         assert known.link.startswith("https://github.com/")
         assert known.backend is None or known.backend in {b.value for b in backends(known.contract)}
         assert known.check is None or hasattr(modules[known.contract], known.check), known.check
@@ -100,7 +113,7 @@ def test_weight_processing_paths() -> None:
 
 
 def test_activation_rounding_read_from_vllm() -> None:
-    assert sv.linear_path_quantizers() == {ASM: "per_1x32_f4_quant_hip", TRITON: "dynamic_mxfp4_quant"}
+    assert linear_path_quantizers() == {ASM: "per_1x32_f4_quant_hip", TRITON: "dynamic_mxfp4_quant"}
     assert POLICY.linear_activation_rounding(ASM) is MxScaleRounding.RCEIL
     assert POLICY.linear_activation_rounding(TRITON) is MxScaleRounding.EVEN
 
@@ -120,22 +133,22 @@ APPLY = """
 
 def test_quantizer_reader_follows_the_source() -> None:
     swapped = GEMM.format(asm="dynamic_mxfp4_quant", triton="per_1x32_f4_quant_hip")
-    got = sv.quantizers_from_source(swapped, APPLY.format(flag="self.use_asm_gemm"))
+    got = quantizers_from_source(swapped, APPLY.format(flag="self.use_asm_gemm"))
     assert got == {ASM: "dynamic_mxfp4_quant", TRITON: "per_1x32_f4_quant_hip"}
-    with pytest.raises(sv.VllmSourceMismatch, match=r"unknown_mx_quant|knows the rounding"):
-        sv.quantizers_from_source(
+    with pytest.raises(VllmSourceMismatch, match=r"unknown_mx_quant|knows the rounding"):
+        quantizers_from_source(
             GEMM.format(asm="unknown_mx_quant", triton="dynamic_mxfp4_quant"), APPLY.format(flag="self.use_asm_gemm")
         )
-    with pytest.raises(sv.VllmSourceMismatch, match=r"not self\.use_asm_gemm"):
-        sv.quantizers_from_source(
+    with pytest.raises(VllmSourceMismatch, match=r"not self\.use_asm_gemm"):
+        quantizers_from_source(
             GEMM.format(asm="per_1x32_f4_quant_hip", triton="dynamic_mxfp4_quant"), APPLY.format(flag="True")
         )
 
 
 def test_fusion_order_read_from_vllm() -> None:
-    assert sv.fse_order_problem() is None
-    source = inspect.getsource(sv.vllm_modules().qwen3_next.Qwen3NextSparseMoeBlock.__init__)
-    assert source.find(f"{sv.FSE_RESOLVER}(") < source.find(f"{sv.REPLICATE_GATE}(")
+    assert fse_order_problem() is None
+    source = inspect.getsource(vllm_modules().qwen3_next.Qwen3NextSparseMoeBlock.__init__)
+    assert source.find(f"{FSE_RESOLVER}(") < source.find(f"{REPLICATE_GATE}(")
 
 
 def test_reversed_order_is_caught(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -145,11 +158,11 @@ def __init__(self):
     if not self.replicate:
         self.fused = resolve_layer_fused_shared_expert(q, prefix)
 """
-    problem = sv.call_order_problem(reversed_init)
+    problem = call_order_problem(reversed_init)
     assert problem is not None and "pre-#55213" in problem
-    monkeypatch.setattr(sv, "fse_order_problem", lambda: problem)
+    monkeypatch.setattr(vllm_shared_expert, "fse_order_problem", lambda: problem)
     case = shared_expert_case("qwen3.8-flash-next", 8, ep=True, fse=True)
-    with pytest.raises(sv.VllmSourceMismatch):  # not a ValueError: the properties must not read it as a refusal
+    with pytest.raises(VllmSourceMismatch):  # not a ValueError: the properties must not read it as a refusal
         test_shared_expert.check_fusion_resolved_first(case, None, POLICY)
 
 
@@ -198,7 +211,7 @@ def _mxfp4_weights(intermediate: int, hidden: int) -> MoeWeights:
     ],
 )
 def test_mxfp4_sizes_are_the_oracles(backend: Mxfp4MoeBackend, want: tuple[int, int]) -> None:
-    assert sv.VllmMxfp4MoeAlignment().sizes(backend, _mxfp4_weights(720, 2880)) == want
+    assert VllmMxfp4MoeAlignment().sizes(backend, _mxfp4_weights(720, 2880)) == want
 
 
 @pytest.mark.parametrize(
@@ -207,10 +220,10 @@ def test_mxfp4_sizes_are_the_oracles(backend: Mxfp4MoeBackend, want: tuple[int, 
 )
 def test_mxfp4_aliases_round_alike(suite: Mxfp4MoeBackend, alias: str) -> None:
     """The engine backends a record names as aliases get the same rounding from vLLM's oracle."""
-    oracle = sv.vllm_modules().mxfp4_oracle
+    oracle = vllm_modules().mxfp4_oracle
     for i, h in ((720, 2880), (96, 96), (192, 7168), (288, 5120)):
         want = oracle.mxfp4_round_up_hidden_size_and_intermediate_size(
-            oracle.Mxfp4MoeBackend[sv.VLLM_MXFP4_BACKENDS[suite]], h, i
+            oracle.Mxfp4MoeBackend[MXFP4_BACKENDS[suite]], h, i
         )
         assert oracle.mxfp4_round_up_hidden_size_and_intermediate_size(oracle.Mxfp4MoeBackend[alias], h, i) == want
 
@@ -218,9 +231,9 @@ def test_mxfp4_aliases_round_alike(suite: Mxfp4MoeBackend, alias: str) -> None:
 def test_hopper_scale_groups_padded_to_whole_tiles() -> None:
     """vLLM 0.33.0's ``_swizzle_mxfp4`` zero-pads SM90 scale groups to a multiple of 4 (PR #47910): gpt-oss's
     90 become 92; 96 stay. A vLLM without the pad hands 90, which the triton-kernels-sm90 rule rejects."""
-    v = sv.vllm_modules()
+    v = vllm_modules()
     for groups, want in ((90, 92), (96, 96), (3, 4)):
-        assert sv.hopper_scale_groups(v, torch.zeros(1, 64, groups, dtype=torch.uint8)) == want
+        assert hopper_scale_groups(v, torch.zeros(1, 64, groups, dtype=torch.uint8)) == want
 
 
 def test_triton_conversion_of_gpt_oss_keeps_pairs() -> None:
@@ -229,7 +242,7 @@ def test_triton_conversion_of_gpt_oss_keeps_pairs() -> None:
     ``H`` 96: 3 -> 4, but an odd group count is wrong on Hopper whatever the scales, so ``H`` stays 96 for the
     odd-group rule to judge: ``adapters.triton_kernels.contract_k``); a stacked one has the last dim of its scales
     split in half, which fails for H/32 odd (the ledger's TRITON entries)."""
-    v = sv.vllm_modules()
+    v = vllm_modules()
     g = torch.Generator().manual_seed(0)
     e, i, h = 1, 64, 96
     w = MoeWeights(
@@ -242,7 +255,7 @@ def test_triton_conversion_of_gpt_oss_keeps_pairs() -> None:
         w13_bias=torch.randn(e, 2 * i, generator=g),
         w2_bias=torch.randn(e, h, generator=g),
     )
-    out = sv.triton_kernel_format(v, w)
+    out = triton_kernel_format(v, w)
     assert (out.intermediate_size, out.hidden_size) == (128, 96)
     assert torch.equal(out.w13[:, : 2 * i], w.w13) and torch.equal(out.w2[..., : i // 2], w.w2)
     assert torch.equal(out.w13_scale[:, : 2 * i], w.w13_scale)
@@ -250,19 +263,19 @@ def test_triton_conversion_of_gpt_oss_keeps_pairs() -> None:
     assert not out.w13[:, 2 * i :].any() and not out.w2[..., i // 2 :].any()
     assert tk.hopper_violations(out.intermediate_size, out.hidden_size), "H 96 (3 groups) must be a violation"
     with pytest.raises(RuntimeError, match="stack expects each tensor to be equal size"):  # 3 groups split in half
-        sv.triton_kernel_format(v, dataclasses.replace(w, fc1_layout=Fc1Layout.GATE_UP, w13_bias=None))
+        triton_kernel_format(v, dataclasses.replace(w, fc1_layout=Fc1Layout.GATE_UP, w13_bias=None))
 
 
 def test_aiter_a16w4_sizes_without_activation_take_256() -> None:
     """GptOssMxfp4MoEMethod asks without an activation: 256 for AITER_MXFP4_BF16 (SiLU would give 128)."""
-    assert sv.VllmMxfp4MoeAlignment().sizes(Mxfp4MoeBackend.AITER_A16W4, _mxfp4_weights(384, 2880)) == (512, 3072)
+    assert VllmMxfp4MoeAlignment().sizes(Mxfp4MoeBackend.AITER_A16W4, _mxfp4_weights(384, 2880)) == (512, 3072)
 
 
 def test_aiter_sizes_take_the_rocm_branch() -> None:
     """I 320: the ROCm W4A4 branch rounds to 128 (384); off ROCm the fallback branch gives ru(320, 64) = 320."""
-    assert sv.VllmMxfp4MoeAlignment().sizes(Mxfp4MoeBackend.AITER, _mxfp4_weights(320, 512)) == (384, 512)
+    assert VllmMxfp4MoeAlignment().sizes(Mxfp4MoeBackend.AITER, _mxfp4_weights(320, 512)) == (384, 512)
     assert "vllm.platforms.rocm" not in sys.modules
-    assert not sv.vllm_modules().mxfp4_oracle.current_platform.is_rocm()
+    assert not vllm_modules().mxfp4_oracle.current_platform.is_rocm()
 
 
 def _nvfp4_weights(intermediate: int, hidden: int, gated: bool) -> MoeWeights:
@@ -280,9 +293,9 @@ def test_nvfp4_cutlass_reports_the_kernel_visible_size(monkeypatch: pytest.Monke
     """vLLM's CUTLASS branch pads non-gated I 176 to 256 rows but leaves ``intermediate_size_per_partition``
     at 176; the adapter reports 256, the width of the returned ``w2`` that the kernel reads."""
     layers = []
-    original = sv._fake_layer
-    monkeypatch.setattr(sv, "_fake_layer", lambda *a: layers.append(original(*a)) or layers[-1])
-    aligned = sv.VllmNvfp4MoeAlignment().align_moe(
+    original = vllm_nvfp4_moe._fake_layer
+    monkeypatch.setattr(vllm_nvfp4_moe, "_fake_layer", lambda *a: layers.append(original(*a)) or layers[-1])
+    aligned = VllmNvfp4MoeAlignment().align_moe(
         Nvfp4MoeBackend.FLASHINFER_CUTLASS, _nvfp4_weights(176, 256, False), False
     )
     assert aligned.intermediate_size == 256 and aligned.weights.w2.shape[2] == 128
@@ -299,20 +312,20 @@ def test_nvfp4_cutlass_reports_the_kernel_visible_size(monkeypatch: pytest.Monke
 )
 def test_nvfp4_trtllm_hidden_alignment_from_vllm(backend: Nvfp4MoeBackend, gated: bool, hidden: int) -> None:
     """Nemotron's H = 2688: vLLM's ``trtllm_nvfp4_hidden_alignment`` pads per-token non-gated layers to 512."""
-    aligned = sv.VllmNvfp4MoeAlignment().align_moe(backend, _nvfp4_weights(128, 2688, gated), gated)
+    aligned = VllmNvfp4MoeAlignment().align_moe(backend, _nvfp4_weights(128, 2688, gated), gated)
     assert aligned.hidden_size == hidden and aligned.weights.w2.shape[1] == hidden
 
 
 def test_nvfp4_cutlass_gated_refusal() -> None:
     with pytest.raises(UnsupportedConfig, match="FLASHINFER_CUTLASS"):
-        sv.VllmNvfp4MoeAlignment().align_moe(Nvfp4MoeBackend.FLASHINFER_CUTLASS, _nvfp4_weights(176, 256, True), True)
+        VllmNvfp4MoeAlignment().align_moe(Nvfp4MoeBackend.FLASHINFER_CUTLASS, _nvfp4_weights(176, 256, True), True)
 
 
 @pytest.mark.parametrize("half", [64, 128, 384])
 def test_cutedsl_interleave_is_vllms(half: int) -> None:
     """The reference 64-row up/gate regrouping equals vLLM's ``interleave_linear_and_gate(group_size=64)``."""
     rows = torch.arange(2 * half)[None, :, None].expand(2, -1, 3).contiguous()
-    vllm_rows = sv.vllm_modules().ffm.interleave_linear_and_gate(rows, group_size=64, dim=1)
+    vllm_rows = vllm_modules().ffm.interleave_linear_and_gate(rows, group_size=64, dim=1)
     assert torch.equal(vllm_rows, rows[:, grouped_gate_up_interleave(2 * half, 64)])
 
 
@@ -330,7 +343,7 @@ def test_cutedsl_interleave_is_vllms(half: int) -> None:
 def test_nvfp4_new_backend_sizes_from_vllm(
     backend: Nvfp4MoeBackend, gated: bool, intermediate: int, hidden: int, want: tuple[int, int]
 ) -> None:
-    aligned = sv.VllmNvfp4MoeAlignment().align_moe(backend, _nvfp4_weights(intermediate, hidden, gated), gated)
+    aligned = VllmNvfp4MoeAlignment().align_moe(backend, _nvfp4_weights(intermediate, hidden, gated), gated)
     assert (aligned.intermediate_size, aligned.hidden_size) == want
     assert aligned.weights.w2.shape[1:] == (want[1], want[0] // 2)
 
@@ -343,7 +356,7 @@ def test_nvfp4_vllm_cutlass_keeps_w1_w3() -> None:
     w13[:, :128] = 2  # [up; gate]: up rows first
     w13[:, 128:] = 1
     labelled = MoeWeights(w13, weights.w13_scale, weights.w2, weights.w2_scale, block=16)
-    aligned = sv.VllmNvfp4MoeAlignment().align_moe(Nvfp4MoeBackend.VLLM_CUTLASS, labelled, True)
+    aligned = VllmNvfp4MoeAlignment().align_moe(Nvfp4MoeBackend.VLLM_CUTLASS, labelled, True)
     assert torch.equal(aligned.weights.w13, w13)
 
 
@@ -419,13 +432,13 @@ def test_backends_vllm_never_selects_for_gpt_oss_are_not_served(backend: Mxfp4Mo
         VllmMoeSharding().shard_moe(ckpt, True, 4, backend=backend)
 
 
-@pytest.mark.parametrize("backend", [b for b in sv.VLLM_MXFP4_BACKENDS if b not in GPT_OSS_UNSELECTED])
+@pytest.mark.parametrize("backend", [b for b in MXFP4_BACKENDS if b not in GPT_OSS_UNSELECTED])
 def test_gpt_oss_buffer_is_the_backends(backend: Mxfp4MoeBackend) -> None:
     """The runner axis: a gpt-oss rank's buffer is ``GptOssMxfp4MoEMethod.maybe_roundup_sizes`` for the drawn
     backend (vLLM's ``mxfp4_round_up_hidden_size_and_intermediate_size``, as ``RoutedExperts.__init__`` calls it),
     and ``_load_weights_mxfp4`` fills rank 0 with the first whole-block share (gpt-oss I = 2880 at TP 4: 736)."""
     ckpt = _sharding_weights(1, 2880, 32, Fc1Layout.GATE_UP_INTERLEAVED, True)
     shards = VllmMoeSharding().shard_moe(ckpt, True, 4, backend=backend)
-    want, _ = sv.VllmMxfp4MoeAlignment().oracle_sizes(backend, _sharding_weights(1, 720, 32, Fc1Layout.GATE_UP, False))
+    want, _ = VllmMxfp4MoeAlignment().oracle_sizes(backend, _sharding_weights(1, 720, 32, Fc1Layout.GATE_UP, False))
     assert {s.weights.intermediate_size for s in shards} == {want}
     assert [(s.offset, s.real) for s in shards] == [(0, 736), (736, 736), (1472, 736), (2208, 672)]

@@ -33,7 +33,6 @@ from __future__ import annotations
 
 import contextlib
 import functools
-import importlib
 import types
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
@@ -49,29 +48,10 @@ from contracts.moe_sharding import ShardRefused
 from reference.formats import NVFP4_BLOCK
 from reference.layouts import Fc1Layout, relayout_fc1, split_fc1
 from subjects.moe_sharding import NAN_BYTE, LoaderSharding
+from subjects.vllm.bridge import MXFP4_BACKENDS, NVFP4_BACKENDS, not_mapped, sharding_modules
+from subjects.vllm.mxfp4_moe import ROCM_BACKENDS, rocm_platform
 
 PREFIX = "layers.0.mlp.experts"
-
-
-@functools.cache
-def sharding_modules() -> types.SimpleNamespace:
-    """vLLM's modules that allocate and load MoE expert weights (``subjects.vllm.vllm_modules`` first:
-    it fixes the import order and raises :class:`~subjects.vllm.VllmUnavailable`)."""
-    from subjects.vllm import vllm_modules
-
-    vllm_modules()
-    return types.SimpleNamespace(
-        config=importlib.import_module("vllm.model_executor.layers.fused_moe.config"),
-        expert_map=importlib.import_module("vllm.model_executor.layers.fused_moe.expert_map_manager"),
-        activation=importlib.import_module("vllm.model_executor.layers.fused_moe.activation"),
-        routed=importlib.import_module("vllm.model_executor.layers.fused_moe.routed_experts"),
-        mxfp4_oracle=importlib.import_module("vllm.model_executor.layers.fused_moe.oracle.mxfp4"),
-        modelopt=importlib.import_module("vllm.model_executor.layers.quantization.modelopt"),
-        quark_moe=importlib.import_module("vllm.model_executor.layers.quantization.quark.quark_moe"),
-        mxfp4=importlib.import_module("vllm.model_executor.layers.quantization.mxfp4"),
-        gpt_oss=importlib.import_module("vllm.model_executor.models.gpt_oss"),
-        parameter=importlib.import_module("vllm.model_executor.parameter"),
-    )
 
 
 EP_PLACEMENTS = ("linear", "round_robin")
@@ -188,19 +168,13 @@ class RankGrid:
     mxfp4_backend: Mxfp4MoeBackend | None = None
 
     def member(self, v: types.SimpleNamespace):
-        """vLLM's ``Mxfp4MoeBackend`` member (:data:`subjects.vllm.VLLM_MXFP4_BACKENDS`)."""
-        from subjects.vllm import VLLM_MXFP4_BACKENDS
-
+        """vLLM's ``Mxfp4MoeBackend`` member (:data:`subjects.vllm.bridge.MXFP4_BACKENDS`)."""
         return (
-            None
-            if self.mxfp4_backend is None
-            else v.mxfp4_oracle.Mxfp4MoeBackend[VLLM_MXFP4_BACKENDS[self.mxfp4_backend]]
+            None if self.mxfp4_backend is None else v.mxfp4_oracle.Mxfp4MoeBackend[MXFP4_BACKENDS[self.mxfp4_backend]]
         )
 
     def platform(self) -> contextlib.AbstractContextManager:
         """The platform vLLM rounds ``mxfp4_backend`` under (a ROCm CDNA4 one for the AITER backends)."""
-        from subjects.vllm import ROCM_BACKENDS, rocm_platform
-
         if self.mxfp4_backend in ROCM_BACKENDS:
             return rocm_platform(sharding_modules())
         return contextlib.nullcontext()
@@ -391,14 +365,12 @@ class VllmMoeSharding(LoaderSharding):
     ) -> MoeWeights:
         """Rank ``(ep_rank, tp_rank)`` of a ``tp`` x ``ep`` layer: vLLM's rank ``ep_rank·tp + tp_rank`` of
         ``tp·ep`` ranks (:func:`parallel_config`), its buffers sized for ``backend`` (MXFP4:
-        :data:`subjects.vllm.VLLM_MXFP4_BACKENDS`; vLLM's NVFP4 loader allocates alike for every backend)."""
-        from subjects.vllm import VLLM_MXFP4_BACKENDS, VLLM_NVFP4_BACKENDS
-
+        :data:`subjects.vllm.bridge.MXFP4_BACKENDS`; vLLM's NVFP4 loader allocates alike for every backend)."""
         v = sharding_modules()
         nvfp4 = ckpt.block == NVFP4_BLOCK
-        table = VLLM_NVFP4_BACKENDS if nvfp4 else VLLM_MXFP4_BACKENDS
+        table = NVFP4_BACKENDS if nvfp4 else MXFP4_BACKENDS
         if backend is not None and backend not in table:
-            raise UnsupportedConfig(f"vLLM MoE backend {backend.value} is not mapped (subjects.vllm)")
+            raise UnsupportedConfig(not_mapped(backend))
         interleaved = gpt_oss_form(gated, ckpt.block, ckpt.fc1_layout)
         mxfp4 = None if nvfp4 else backend or (GPT_OSS_BACKEND if interleaved else QUARK_BACKEND)
         grid = RankGrid(tp, ep_rank * tp + tp_rank, ep, self.placement, mxfp4)

@@ -1,18 +1,18 @@
 """``moe_sharding`` for the ``sglang`` subject: SGLang 0.5.23's own MoE weight loaders, driven on CPU for every rank.
 
 For each rank of a TP degree the adapter constructs that rank's real ``FusedMoE`` (SGLang's own
-constructor under its test hooks, :func:`subjects.sglang.sglang_layer_context`) and feeds it the whole
+constructor under its test hooks, :func:`subjects.sglang.layer.sglang_layer_context`) and feeds it the whole
 (unsharded) checkpoint through ``FusedMoE.weight_loader``; the buffers after loading are the rank's
-shard. The loaders are :mod:`subjects.sglang`'s, unchanged:
+shard. The loaders are the contract modules', unchanged:
 
-* NVFP4 (ModelOpt, 16-groups, gate / up / down per expert): :func:`subjects.sglang.load_nvfp4_rank`
+* NVFP4 (ModelOpt, 16-groups, gate / up / down per expert): :func:`subjects.sglang.nvfp4_moe.load_nvfp4_rank`
   under a ``--moe-runner-backend`` on a B200, by default :data:`NVFP4_BACKEND` (``flashinfer_trtllm``):
   every rank's buffer is ``ru(I/tp, 64)`` channels (gated; 128 non-gated) and rank ``r`` reads from
   ``r·ru(I/tp, 64)``, so the last ranks are short or empty (``reference.sizes.padded_split``). Under
   ``flashinfer_cutlass`` the buffer is ``I/tp`` and every tensor is narrowed by its own size / tp,
   which cuts scale groups where ``(I/tp) % 16 != 0`` (``tests/test_sglang_subject.py`` pins it).
 
-* MXFP4 (32-groups, gated): :func:`subjects.sglang.load_mxfp4_rank` under :data:`MXFP4_BACKEND`
+* MXFP4 (32-groups, gated): :func:`subjects.sglang.mxfp4_moe.load_mxfp4_rank` under :data:`MXFP4_BACKEND`
   (``flashinfer_mxfp4`` on a B200): gpt-oss's fused row-interleaved checkpoint through
   ``GptOssForCausalLM._load_mxfp4_experts_weights`` (whole 32-blocks per rank), a stacked ``[gate; up]``
   one per expert and projection as Kimi-K3 and MiniMax-M3 load it. The buffer's hidden padding (the
@@ -38,6 +38,9 @@ from contracts.moe_sharding import ShardRefused
 from reference.formats import NVFP4_BLOCK
 from reference.layouts import Fc1Layout, relayout_fc1
 from subjects.moe_sharding import LoaderSharding
+from subjects.sglang.bridge import MXFP4_BACKENDS, NVFP4_BACKENDS, not_mapped
+from subjects.sglang.mxfp4_moe import gpt_oss_family, load_mxfp4_rank, load_quark_mxfp4_rank
+from subjects.sglang.nvfp4_moe import load_nvfp4_rank
 
 NVFP4_BACKEND = Nvfp4MoeBackend.FLASHINFER_TRTLLM
 """The runner backend whose ``FusedMoE`` loads NVFP4 shards for the ``sglang`` subject: SGLang's padded
@@ -78,9 +81,7 @@ class SglangMoeSharding(LoaderSharding):
         backend: Nvfp4MoeBackend | Mxfp4MoeBackend | None,
     ) -> MoeWeights:
         """Rank ``(ep_rank, tp_rank)``: SGLang's rank ``ep_rank·tp + tp_rank`` of ``tp·ep``
-        (:func:`subjects.sglang.parallel_layout`)."""
-        from subjects.sglang import MXFP4_BACKENDS, NVFP4_BACKENDS, not_mapped
-
+        (:func:`subjects.sglang.layer.parallel_layout`)."""
         rank = ep_rank * tp + tp_rank
         nvfp4 = ckpt.block == NVFP4_BLOCK
         if backend is not None and backend not in (NVFP4_BACKENDS if nvfp4 else MXFP4_BACKENDS):
@@ -92,11 +93,9 @@ class SglangMoeSharding(LoaderSharding):
 
     @staticmethod
     def load_mxfp4(ckpt: MoeWeights, gated: bool, tp: int, rank: int, ep: int, backend: Mxfp4MoeBackend) -> MoeWeights:
-        """``Mxfp4MoEMethod``'s loader (:func:`~subjects.sglang.load_mxfp4_rank`), or on a backend that serves
+        """``Mxfp4MoEMethod``'s loader (:func:`~subjects.sglang.mxfp4_moe.load_mxfp4_rank`), or on a backend that serves
         stacked checkpoints through Quark OCP-MX (AITER), ``QuarkW4A4MXFp4MoE``'s
-        (:func:`~subjects.sglang.load_quark_mxfp4_rank`)."""
-        from subjects.sglang import MXFP4_BACKENDS, gpt_oss_family, load_mxfp4_rank, load_quark_mxfp4_rank
-
+        (:func:`~subjects.sglang.mxfp4_moe.load_quark_mxfp4_rank`)."""
         if not gated:
             raise UnsupportedConfig("SGLang's MXFP4 MoE methods run gated experts only")
         if ckpt.w13_bias is not None and not ckpt.fc1_layout.interleaved:
@@ -110,9 +109,7 @@ class SglangMoeSharding(LoaderSharding):
 
     @staticmethod
     def load_nvfp4(ckpt: MoeWeights, gated: bool, tp: int, rank: int, ep: int, backend: Nvfp4MoeBackend) -> MoeWeights:
-        """``ModelOptNvFp4FusedMoEMethod``'s loader (:func:`~subjects.sglang.load_nvfp4_rank`)."""
-        from subjects.sglang import load_nvfp4_rank
-
+        """``ModelOptNvFp4FusedMoEMethod``'s loader (:func:`~subjects.sglang.nvfp4_moe.load_nvfp4_rank`)."""
         layout = ckpt.fc1_layout
         # load_nvfp4_checkpoint reads FC1 rows as [up; gate] (FlashInfer's order) and keeps that order
         rows = relayout_fc1(ckpt.w13, layout, Fc1Layout.UP_GATE) if gated else ckpt.w13
