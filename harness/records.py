@@ -38,6 +38,8 @@ import uuid
 from pathlib import Path
 from typing import IO, Any
 
+from harness import checkout
+
 RUN = "run.json"
 SUMMARY = "summary.json"
 INFLIGHT = "inflight"
@@ -109,8 +111,9 @@ def run_record(
 
 
 def library_versions() -> dict[str, str]:
-    """Python's version and those of the suite's libraries this process has imported."""
-    versions: dict[str, str] = {"python": platform.python_version()}
+    """Python's version, the suite's (:func:`harness.checkout.provenance`) and those of the suite's
+    libraries this process has imported."""
+    versions: dict[str, str] = {"python": platform.python_version(), checkout.DISTRIBUTION: checkout.provenance()}
     for name in ("torch", "hypothesis", "flashinfer", "vllm", "sglang", "aiter"):
         module = sys.modules.get(name)
         if module is not None and hasattr(module, "__version__"):
