@@ -35,8 +35,9 @@ set +e
 status=$?
 set -e
 [ "$status" = 1 ] || { cat pad16.log && echo "the gated-pad-16 subject did not fail (exit $status)" >&2 && exit 1; }
-line=$(grep -m1 -- ' -m harness.repro ' pad16.log)
+line=$(awk -v p="$python -m harness.repro " 'index($0, p) == 1 {print; exit}' pad16.log)
 script=$(sed -n 's/^script: //p' pad16.log | head -1)
+[ -n "$line" ] && [ -n "$script" ] || { cat pad16.log && echo "no reproduction line or script printed" >&2 && exit 1; }
 expected='must be a multiple of 128'
 for run in "$line" "$python $script"; do
   echo "reproduce: $run"
