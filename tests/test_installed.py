@@ -10,6 +10,7 @@ that stands in for ``site-packages`` (``PYTHONPATH`` names it, the checkout is n
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import subprocess
@@ -43,6 +44,12 @@ def installed(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return site
 
 
+def _version(site: Path) -> str:
+    """The installed distribution's version, from its ``fp4_conformance-VERSION.dist-info`` folder."""
+    (info,) = site.glob("fp4_conformance-*.dist-info")
+    return info.name.removeprefix("fp4_conformance-").removesuffix(".dist-info")
+
+
 def _run(command: list[str] | str, cwd: Path, site: Path) -> subprocess.CompletedProcess[str]:
     env = {**os.environ, "PYTHONPATH": str(site), "FP4_PROFILE": "ci"}
     env.pop("PYTEST_XDIST_WORKER", None)
@@ -61,8 +68,9 @@ def test_an_installed_copy_runs_an_external_subject_and_its_reproduction_from_an
     pytest_args = ["--pyargs", "conformance.test_shared_expert", "-p", "no:cacheprovider", "--strict-markers"]
     ran = _run([sys.executable, "-m", "pytest", *pytest_args, "--subject", "my_subject:SUBJECT"], tmp_path, installed)
     assert ran.returncode == 1, ran.stdout[-3000:] + ran.stderr[-2000:]
-    assert "fp4-conformance-0.1.0" in ran.stdout  # the plugins came from the entry points
-    assert (tmp_path / "results" / "summary.json").is_file()  # the results folder is the caller's
+    assert f"fp4-conformance-{_version(installed)}" in ran.stdout  # the plugins came from the entry points
+    run = json.loads((tmp_path / "results" / "run.json").read_text())  # the results folder is the caller's
+    assert run["versions"]["fp4-conformance"] == _version(installed)  # no checkout: the installed version
     line = next(s for s in ran.stdout.splitlines() if s.startswith(f"{sys.executable} -m harness.repro "))
     assert f"--subject-path {tmp_path}" in line
     script = next(s for s in ran.stdout.splitlines() if s.startswith("script: ")).removeprefix("script: ")
@@ -79,4 +87,4 @@ def test_a_checkout_with_the_entry_points_installed_registers_each_plugin_once(i
     args += ["--results", str(tmp_path / "results")]
     ran = _run([sys.executable, "-m", "pytest", *args], ROOT, installed)
     assert ran.returncode == 0, ran.stdout[-3000:] + ran.stderr[-2000:]
-    assert "fp4-conformance-0.1.0" in ran.stdout
+    assert f"fp4-conformance-{_version(installed)}" in ran.stdout
