@@ -5,6 +5,7 @@
 # from that folder) passes, and the same subject padding gated layers to 16 fails with a reproduction line and
 # script that, run as pasted from that folder, raise the same error.
 # usage: scripts/check-installed.sh [VENV_DIR]   (default: a new temporary folder; an existing venv is reused)
+# The checkout's own .venv (scripts/install-cpu.sh) lists the tests the installed copy must collect.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 checkout=$(pwd)

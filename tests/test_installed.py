@@ -10,6 +10,7 @@ that stands in for ``site-packages`` (``PYTHONPATH`` names it, the checkout is n
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import os
 import shutil
@@ -38,7 +39,9 @@ def installed(tmp_path_factory: pytest.TempPathFactory) -> Path:
     for path in project_files():
         (source / path.relative_to(ROOT)).parent.mkdir(parents=True, exist_ok=True)
         shutil.copy2(path, source / path.relative_to(ROOT))
-    pip = [sys.executable, "-m", "pip", "install", "-q", "--no-deps", "--no-build-isolation", "--no-compile"]
+    pip = [sys.executable, "-m", "pip", "install", "-q", "--no-deps", "--no-compile"]
+    if importlib.util.find_spec("setuptools") is not None:  # build with it (venvs of Python >= 3.12 lack it)
+        pip.append("--no-build-isolation")
     done = subprocess.run([*pip, "--target", str(site), str(source)], capture_output=True, text=True, timeout=600)
     assert done.returncode == 0, done.stderr[-3000:]
     return site
