@@ -5,15 +5,21 @@ another git repository (a home folder, an image's build context): git, run there
 that repository, listing none of the suite's files and naming its commit. So git is asked only
 when the suite's root is git's top level; otherwise the files come from walking the tree (minus
 the folders :data:`SKIPPED`, as ``.gitignore`` ignores them) and the commit is unknown (None).
+An installed copy (``pip install .``) has ``site-packages`` as its root: no commit, and the
+installed distribution's version names what ran (:func:`provenance`).
 """
 
 from __future__ import annotations
 
+import functools
+import importlib.metadata
 import os
 import subprocess
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
+DISTRIBUTION = "fp4-conformance"
+"""The suite's distribution name (``pyproject.toml``)."""
 
 SKIPPED = frozenset(
     {".git", ".device", ".whl", ".hypothesis", ".pytest_cache", ".ruff_cache", ".mypy_cache", "__pycache__"}
@@ -48,6 +54,19 @@ def commit(root: Path = ROOT) -> str | None:
     """The short commit of the checkout at ``root``; None when ``root`` is not a checkout."""
     out = git(["rev-parse", "--short", "HEAD"], root)
     return out.strip() or None if out is not None else None
+
+
+@functools.cache
+def provenance(root: Path = ROOT) -> str:
+    """Which suite ran, for run records: ``commit abc1234`` in a checkout (editable installs
+    included), else the installed distribution's version (``0.1.0``), else ``unknown``."""
+    sha = commit(root)
+    if sha is not None:
+        return f"commit {sha}"
+    try:
+        return importlib.metadata.version(DISTRIBUTION)
+    except importlib.metadata.PackageNotFoundError:
+        return "unknown"
 
 
 def project_files(root: Path = ROOT) -> tuple[Path, ...]:

@@ -44,6 +44,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import os
+import sys
 from collections import Counter, defaultdict
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -313,9 +314,15 @@ def pytest_unconfigure(config: pytest.Config) -> None:
 
 
 def _load_subject(spec: str) -> Any:
-    """Resolve ``--subject``; any failure to load it, or a missing engine, is a one-line usage error."""
+    """Resolve ``--subject``; any failure to load it, or a missing engine, is a one-line usage error.
+
+    An external subject's module imports from the current folder as under ``python -m pytest``, also
+    when the ``pytest`` command started the run (its ``sys.path`` lacks the current folder): the folder
+    is appended, after every installed package."""
     from subjects.registry import SubjectError, resolve
 
+    if ":" in spec and Path.cwd() not in {Path(p or ".").resolve() for p in sys.path}:
+        sys.path.append(os.getcwd())
     try:
         subject = resolve(spec)
     except SubjectError as exc:
@@ -521,6 +528,14 @@ def pytest_runtest_setup(item: pytest.Item) -> None:
     item.config.stash[runner.RUN_STATE].nodeid = item.nodeid
 
 
+def node_argument(item: pytest.Item) -> str:
+    """``item`` as a pytest argument from the run's rootdir: its node id, or, for a test of an installed
+    copy (``--pyargs conformance``: its file lies outside the rootdir), its file's absolute path and test."""
+    if item.path.is_relative_to(item.config.rootpath):
+        return item.nodeid
+    return "::".join([str(item.path), *item.nodeid.split("::")[1:]])
+
+
 @pytest.hookimpl(hookwrapper=True)
 def pytest_runtest_protocol(item: pytest.Item, nextitem: pytest.Item | None):
     """In the process running ``item``: record it as in flight (:func:`records.write_test_record`)
@@ -528,7 +543,7 @@ def pytest_runtest_protocol(item: pytest.Item, nextitem: pytest.Item | None):
     backend, hardware and a pytest command behind."""
     session = item.config.stash[SESSION]
     props = dict(item.user_properties)
-    command = ["-m", "pytest", item.nodeid, "-p", "no:xdist", "--subject", item.config.getoption("subject")]
+    command = ["-m", "pytest", node_argument(item), "-p", "no:xdist", "--subject", item.config.getoption("subject")]
     command += ["--hypothesis-profile", session.profile]
     path = records.write_test_record(
         session.results,

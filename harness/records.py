@@ -38,6 +38,8 @@ from importlib import metadata
 from pathlib import Path
 from typing import IO, Any
 
+from harness import checkout
+
 RUN = "run.json"
 SUMMARY = "summary.json"
 INFLIGHT = "inflight"
@@ -113,11 +115,12 @@ DISTRIBUTIONS = ("torch", "hypothesis", "flashinfer-python", "amd-aiter", "trito
 
 
 def library_versions() -> dict[str, str]:
-    """Python's version and those of the installed :data:`DISTRIBUTIONS` (absent ones left out).
+    """Python's version, the suite's (:func:`harness.checkout.provenance`) and those of the installed
+    :data:`DISTRIBUTIONS` (absent ones left out).
 
     Read from the installed packages' metadata, not from imported modules: the xdist controller
     that writes ``run.json`` never imports FlashInfer or AITER (its workers do)."""
-    versions: dict[str, str] = {"python": platform.python_version()}
+    versions: dict[str, str] = {"python": platform.python_version(), checkout.DISTRIBUTION: checkout.provenance()}
     for name in DISTRIBUTIONS:
         try:
             versions[name] = metadata.version(name)

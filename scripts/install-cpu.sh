@@ -5,14 +5,20 @@
 #   amd-aiter 0.1.7.post2.dev18 (PyPI's only release, pure Python) without its ROCm JIT dependencies:
 #   adapters/aiter_triton.py loads its pure-torch helpers without ROCm; its fp4_utils imports Triton
 #   (triton 3.6.0, the H200's; it only imports on CPU).
-# usage: scripts/install-cpu.sh [VENV_DIR]
+# usage: scripts/install-cpu.sh [VENV_DIR] [--copy]
+#   --copy: install a copy of the suite (`pip install .`, as an engine's CI does) instead of `pip install -e .[dev]`
 set -euo pipefail
 cd "$(dirname "$0")/.."
 venv="${1:-.venv}"
+case "${2:-}" in
+  "") suite=(-e ".[dev]") ;;
+  --copy) suite=(.) ;;
+  *) echo "usage: scripts/install-cpu.sh [VENV_DIR] [--copy]" >&2 && exit 2 ;;
+esac
 [ -x "$venv/bin/python" ] || python3 -m venv "$venv"
 pip=("$venv/bin/python" -m pip install -q --disable-pip-version-check)
 "${pip[@]}" "torch==2.13.0" || "${pip[@]}" "torch==2.13.0" --index-url https://download.pytorch.org/whl/cpu
-"${pip[@]}" -e ".[dev]"
+"${pip[@]}" "${suite[@]}"
 "${pip[@]}" --no-deps "flashinfer-python==0.7.4" "apache-tvm-ffi>=0.1.11,<0.2"
 "${pip[@]}" numpy einops packaging requests tabulate tqdm click ninja nvidia-ml-py
 "${pip[@]}" --no-deps "amd-aiter==0.1.7.post2.dev18" "triton==3.6.0"

@@ -50,9 +50,9 @@ SUITE_PACKAGES = (
 )
 """The project's own top-level packages: a frame of theirs never identifies an upstream bug."""
 
-_CHECKOUT = Path(__file__).resolve().parents[1]
-SUITE_MESSAGE_DIRS = (_CHECKOUT / "conformance", _CHECKOUT / "contracts")
-"""Where the properties' assertion messages are written."""
+_ROOT = Path(__file__).resolve().parents[1]  # the checkout, or site-packages in an installed copy
+SUITE_MESSAGE_DIRS = (_ROOT / "conformance", _ROOT / "contracts")
+"""Where the properties' assertion messages are written (packaged with the suite: read from an installed copy too)."""
 
 
 class LedgerError(ValueError):
@@ -156,7 +156,7 @@ def _suite_messages() -> tuple[str, ...]:
     if not any(folder.name == "conformance" for folder in {f.parent for f in files}):
         raise LedgerError(
             f"cannot read the properties' messages from {SUITE_MESSAGE_DIRS[0]}: the ledger rule needs the "
-            "checkout's conformance/ (run from a checkout, or an editable install)"
+            "suite's conformance/ package (a checkout or an installed copy of the suite)"
         )
     found: dict[str, None] = {}
     for path in files:
