@@ -34,6 +34,7 @@ from types import ModuleType
 import torch
 
 from adapters import flashinfer_moe_kernels as kernels
+from adapters.calls import kernel_device, launch
 from contracts.errors import LibraryUnavailable
 from contracts.moe import AlignedMoe
 from reference.layouts import grouped_gate_up_interleave, swizzle_128x4
@@ -150,7 +151,7 @@ def run_cutedsl_fp4_moe(
     moe, utils = _cute_dsl()
     act = kernels._activation_type(CUTEDSL_ACTIVATIONS, activation, "cute_dsl_fused_moe")
     e, hp = aligned.weights.w13.shape[0], aligned.hidden_size
-    dev = torch.device("cuda")
+    dev = kernel_device()
     prepared = cutedsl_fp4_weights(aligned, activation.gated)
 
     def mma_view(swizzled: torch.Tensor) -> torch.Tensor:
@@ -161,7 +162,9 @@ def run_cutedsl_fp4_moe(
     packed, sf = kernels.quantize_activations(x, hp, scales.activation)
     weights, ids = route(logits, top_k)
     out = torch.empty(x.shape[0], hp, dtype=torch.bfloat16, device=dev)
-    moe.cute_dsl_fused_moe(
+    launch(
+        "cute_dsl_fused_moe (w4a4)",
+        moe.cute_dsl_fused_moe,
         x=packed.to(dev),
         x_sf=sf.to(dev).view(torch.float8_e4m3fn).unsqueeze(-1),
         token_selected_experts=ids.to(device=dev, dtype=torch.int32),

@@ -20,6 +20,7 @@ import pytest
 import torch
 
 from adapters import aiter as aiter_kernels
+from adapters.calls import kernel_device
 from backends import record
 from backends.mxfp4_linear import VLLM_GUARD_TABLE, AiterLinearPath
 from conformance.linear_oracle import asm_defects, fallback_needless, process, swizzle_error
@@ -252,7 +253,7 @@ def check_aiter_gemm_kernel(
     n, k = (shape.real_n, shape.real_k) if real else (shape.n, shape.k)
     case = mxfp4_linear_case(shape, n, k)
     prepared = prepare(policy, backend, case.weight, case.scale)
-    x = case.x.to(torch.bfloat16).cuda()
+    x = case.x.to(kernel_device(), torch.bfloat16)
     act = r.quantize(x)
     want_scales = mxfp4_quantize(x.float().cpu(), r.activation_rounding).scales
     mismatched = int((act.scales != want_scales).sum())

@@ -23,6 +23,7 @@ from adapters import aiter_triton, vllm_cutlass
 from adapters import flashinfer as fi
 from adapters import flashinfer_mxfp4 as fim
 from adapters import triton_kernels as tk
+from adapters.calls import kernel_device
 from backends import record
 from backends.mxfp4_moe import CONTRACT, Mxfp4MoeBackend
 from conformance.layers import align_mxfp4, reference_output, silu_no_bias
@@ -423,7 +424,7 @@ def check_aiter_kernel(config: Mxfp4MoeConfig, backend: Mxfp4MoeBackend, policy:
         assert torch.equal(theirs.reshape(-1), aiter_e8m0_shuffle(mine.reshape(e * n, kc)).reshape(-1)), (
             f"AITER's e8m0_shuffle of {name} differs from reference.layouts.aiter_e8m0_shuffle"
         )
-    act = aiter_adapter.hip_quantize(pad_dim(case.x, -1, aligned.hidden_size).to(torch.bfloat16).cuda())
+    act = aiter_adapter.hip_quantize(pad_dim(case.x, -1, aligned.hidden_size).to(kernel_device(), torch.bfloat16))
     fed = mxfp4_dequantize(Quantized(act.packed, act.scales))[:, : s.hidden]
 
     def requantize(a: torch.Tensor) -> torch.Tensor:
