@@ -145,7 +145,9 @@ def hip_quantize(x: torch.Tensor) -> QuantizedActivation:
 def triton_quantize(x: torch.Tensor) -> QuantizedActivation:
     """``dynamic_mxfp4_quant(x)``: packed ``[M, K/2]`` and linear scales ``[M, K/32]``."""
     require_gfx950()
-    quant = _import("aiter.ops.triton.quant", "aiter.ops.triton.quant.quant")
+    from adapters.aiter_triton import QUANT, aiter_module  # imports this module: deferred
+
+    quant = aiter_module(QUANT)
     x_q, x_s = launch("dynamic_mxfp4_quant", quant.dynamic_mxfp4_quant, x)
     return QuantizedActivation(x_q.view(torch.uint8).cpu(), x_s.view(torch.uint8).cpu(), x_q, x_s)
 
@@ -176,7 +178,9 @@ def gemm_afp4wfp4(act: QuantizedActivation, weight: torch.Tensor, scale_kn: torc
     """Triton ``gemm_afp4wfp4`` on plain weights ``[N, K/2]`` and the stored ``(K/32, N)`` scale
     (passed as its ``.T`` view, as vLLM does); returns bf16 ``[M, N]``."""
     require_gfx950()
-    gemm = _import("aiter.ops.triton.gemm.basic.gemm_afp4wfp4", "aiter.ops.triton.gemm_afp4wfp4")
+    from adapters.aiter_triton import GEMM, aiter_module  # imports this module: deferred
+
+    gemm = aiter_module(GEMM)
     device = act.kernel_packed.device
     w = weight.to(device).contiguous()
     s = scale_kn.to(device).contiguous()

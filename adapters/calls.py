@@ -3,7 +3,7 @@
 Every kernel runner in :mod:`adapters` builds its arguments (weights prepared, activations quantized,
 tensors moved to :func:`kernel_device`) and then calls ``launch(name, fn, *args, **kwargs)`` instead of
 ``fn(*args, **kwargs)``. Normally that is the call itself. Inside :func:`planning` (the preflight,
-:mod:`harness.preflight`) the hardware gates pass, :func:`kernel_device` is ``meta`` and :func:`launch`
+:mod:`harness.preflight`) the hardware gates pass, :func:`kernel_device` is the CPU and :func:`launch`
 hands the call to the planner instead of running it: the planner checks it against the installed library
 without launching anything. A launch whose output later calls consume passes ``planned_output=`` (zeros of
 the output's shape, what the plan continues with); any other launch ends the property's plan
@@ -121,8 +121,9 @@ def planned() -> bool:
 
 
 def kernel_device() -> torch.device:
-    """Where kernel inputs go: the accelerator (``cuda``, also on ROCm), ``meta`` in a plan."""
-    return torch.device("meta") if planned() else torch.device("cuda")
+    """Where kernel inputs go: the accelerator (``cuda``, also on ROCm); the CPU in a plan, so that the
+    libraries' wrappers allocate real outputs and the adapters' code between two launches runs."""
+    return torch.device("cpu") if planned() else torch.device("cuda")
 
 
 def synchronize() -> None:
@@ -135,7 +136,7 @@ def launch(
     name: str, fn: Callable[..., Any], *args: Any, planned_output: Callable[[], Any] | None = None, **kwargs: Any
 ) -> Any:
     """``fn(*args, **kwargs)``; in a plan, the planner's check of that call, which returns the library's own
-    output where its code ran to the end on meta tensors, else ``planned_output()`` (zeros of the output a
+    output where its code ran to the end (launches intercepted), else ``planned_output()`` (zeros of the output a
     later call consumes) or :class:`PlanComplete` when no later call needs the output."""
     if not _planner:
         return fn(*args, **kwargs)

@@ -4,17 +4,17 @@
 (``@check(..., kernel=True)`` tests in ``conformance/``) whose hardware markers that target has, and runs
 each one's bare check on its first pinned example (the built-in policy; a property without pins gets its
 strategy's simplest example) inside :func:`adapters.calls.planning`. The adapters then build every call
-exactly as on the GPU, with inputs on the ``meta`` device, and hand it to :func:`check_call` instead of
+exactly as on the GPU, with inputs on the CPU (:func:`adapters.calls.kernel_device`), and hand it to :func:`check_call` instead of
 launching it. Each call is checked against the installed library:
 
 1. the entry point imports (AITER's HIP entry points need ROCm: their signature is read from the installed
    source instead, :class:`adapters.calls.SourceOnly`);
 2. ``inspect.signature(fn).bind(*args, **kwargs)`` accepts the call (a mismatch shows both signatures);
-3. the library's own Python code runs on the meta tensors up to the launch: FlashInfer up to loading its JIT
+3. the library's own Python code runs on those tensors up to the launch: FlashInfer up to loading its JIT
    module (``JitSpec.build_and_load``, intercepted: the spec's sources must exist; whether the module is
    prebuilt and whether trtllm-gen's artifacts are in ``FLASHINFER_CUBIN_DIR`` is reported, nothing is
    downloaded or built), Triton libraries up to each kernel launch (``JITFunction.run`` and
-   ``Autotuner.run`` intercepted, so their wrappers' allocations and checks run and return meta outputs).
+   ``Autotuner.run`` intercepted, so their wrappers' allocations and checks run and return their (unwritten) outputs).
 
 Verdicts, worst first: ``FAIL`` (the property would fail: a signature mismatch, a dtype or shape the
 library refuses, a missing JIT source, a property that cannot build its call), ``missing`` (a library its
@@ -35,6 +35,7 @@ import inspect
 import os
 import re
 import sys
+from collections import Counter
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -180,12 +181,12 @@ class _Boundary(Exception):
 
 
 HARDWARE_ERROR = re.compile(
-    r"CUDA|cuda|NVIDIA|nvidia|driver|ROCm|HIP\b|GPU|compute capability|NVML|nvml|Torch not compiled|gfx\d"
+    r"CUDA|cuda|NVIDIA|nvidia|driver|ROCm|HIP\b|GPU|compute capability|NVML|nvml|Torch not compiled|gfx\d|active drivers"
 )
 """Errors that say the GPU (or its runtime) is absent, not that the call is wrong."""
 
-DEVICE_OP = re.compile(r"'Meta' backend|meta tensor|doesn't have storage|data pointer|is_pinned")
-"""Errors of a device op reached with meta inputs: the library's checks before it have passed."""
+DEVICE_OP = re.compile(r"from the '(CPU|Meta)' backend")
+"""A device op (``torch.ops``) reached with CPU inputs: the library's checks before it have passed."""
 
 
 def _describe(value: Any) -> str:
@@ -254,13 +255,20 @@ def _patch_everywhere(stack: contextlib.ExitStack, prefix: str, name: str, value
 
 
 @contextlib.contextmanager
-def launch_boundaries(launched: list[str], capability: tuple[int, int] | None = None) -> Iterator[None]:
+def launch_boundaries(launched: list[str], target: str | None = None) -> Iterator[None]:
     """Stop FlashInfer at JIT module loading and trtllm-gen artifact reads (raising :class:`_Boundary`) and
-    turn Triton kernel launches into no-ops recorded in ``launched``, for the libraries installed. With a
-    ``capability`` and no GPU, FlashInfer's device queries answer it (device 0 of that architecture)."""
+    turn Triton kernel launches into no-ops recorded in ``launched``, for the libraries installed. Without a
+    GPU, the device queries of FlashInfer (compute capability) and AITER's Triton wrappers (``get_arch``)
+    answer ``target``'s architecture."""
+    capability = CAPABILITIES.get(target or "")
     with contextlib.ExitStack() as stack:
+        if target == "gfx950" and not torch.cuda.is_available():
+            arch_info = sys.modules.get("aiter.ops.triton.utils._triton.arch_info")
+            if arch_info is not None:
+                stack.enter_context(_patched(arch_info, "get_arch", lambda: "gfx950"))
         if capability is not None and not torch.cuda.is_available():
             stack.enter_context(_patched(torch.cuda, "current_device", lambda: 0))
+            stack.enter_context(_patched(torch.cuda, "device", lambda device: contextlib.nullcontext()))
         if "flashinfer" in machine().libraries:
             if capability is not None and not torch.cuda.is_available():
                 _patch_everywhere(stack, "flashinfer", "get_compute_capability", lambda device: capability)
@@ -301,7 +309,7 @@ def launch_boundaries(launched: list[str], capability: tuple[int, int] | None = 
         yield
 
 
-def check_call(call: calls.KernelCall, capability: tuple[int, int] | None = None) -> tuple[CallCheck, Any]:
+def check_call(call: calls.KernelCall, target: str | None = None) -> tuple[CallCheck, Any]:
     """The verdict on ``call`` and its output where the library's code ran to the end (else ``calls.NOT_RUN``)."""
     fn = call.fn
     try:
@@ -326,7 +334,7 @@ def check_call(call: calls.KernelCall, capability: tuple[int, int] | None = None
         ), calls.NOT_RUN
     launched: list[str] = []
     try:
-        with launch_boundaries(launched, capability):
+        with launch_boundaries(launched, target):
             out = fn(*call.args, **call.kwargs)
     except _Boundary as stop:
         return CallCheck(call.name, stop.status, stop.detail), calls.NOT_RUN
@@ -341,7 +349,7 @@ def check_call(call: calls.KernelCall, capability: tuple[int, int] | None = None
                 call.name, Status.NEEDS_HARDWARE, f"bound; the library's checks need the GPU: {text}"
             ), calls.NOT_RUN
         return CallCheck(call.name, Status.FAIL, f"the library refuses the call: {text}"), calls.NOT_RUN
-    what = f"Triton launches intercepted: {', '.join(dict.fromkeys(launched))}" if launched else "ran on meta tensors"
+    what = f"Triton launches intercepted: {', '.join(dict.fromkeys(launched))}" if launched else "no kernel launched"
     return CallCheck(call.name, Status.READY, f"bound; wrapper ran to its launch ({what})"), out
 
 
@@ -361,8 +369,9 @@ def examples(prop: KernelProperty) -> list[Any]:
     return [find(prop.spec.strategy, lambda _: True, settings=quiet)]
 
 
-def plan(prop: KernelProperty, capability: tuple[int, int] | None = None, tries: int = 3) -> PropertyPlan:
-    """Run ``prop``'s check under :func:`adapters.calls.planning` on its first example that reaches a call."""
+def plan(prop: KernelProperty, target: str | None = None, tries: int = 8) -> PropertyPlan:
+    """Run ``prop``'s check under :func:`adapters.calls.planning` on its first example (of ``tries``) that
+    reaches a kernel call."""
     from hypothesis.errors import UnsatisfiedAssumption
 
     from harness.inputs import guard_inputs
@@ -382,13 +391,15 @@ def plan(prop: KernelProperty, capability: tuple[int, int] | None = None, tries:
         result = PropertyPlan(prop.test, backend, describe() if describe else str(config))
 
         def planner(call: calls.KernelCall, result: PropertyPlan = result) -> Any:
-            verdict, out = check_call(call, capability)
+            verdict, out = check_call(call, target)
             result.checks.append(verdict)
             return out
 
         try:
             with calls.planning(planner):
                 prop.check(config, prop.backend, policy)
+            if not result.checks:
+                continue  # the check skips this example before any call (a layer another path serves)
             result.ended = "the check returned"
         except calls.PlanComplete as done:
             result.ended = f"ends at {done}"
@@ -405,13 +416,13 @@ def plan(prop: KernelProperty, capability: tuple[int, int] | None = None, tries:
         except Exception as exc:  # noqa: BLE001 - reported in the table
             text = f"{type(exc).__name__}: {exc}".replace("\n", " ")[:300]
             if result.checks:
-                result.ended = f"plan ended after its last call ({text[:120]})"
+                result.ended = f"after its last call the check compared unwritten outputs ({type(exc).__name__})"
             else:
                 result.checks.append(
                     CallCheck("(property)", Status.FAIL, f"raised before its first kernel call: {text}")
                 )
         return result
-    result.checks.append(CallCheck("(property)", Status.FAIL, f"every one of {tries} examples was rejected"))
+    result.checks.append(CallCheck("(property)", Status.FAIL, f"none of {tries} examples reached a kernel call"))
     return result
 
 
@@ -447,8 +458,10 @@ def table(target: str, plans: list[PropertyPlan]) -> str:
     ]
     for p in plans:
         name = f"{p.test} [{p.backend}]" if p.backend else p.test
-        for c in p.checks:
-            lines.append(f"| {name} | {c.call} | {c.status.label} | {c.detail.replace('|', '/')} |")
+        counts = Counter(p.checks)
+        for c in dict.fromkeys(p.checks):
+            times = f" (x{counts[c]})" if counts[c] > 1 else ""
+            lines.append(f"| {name} | {c.call}{times} | {c.status.label} | {c.detail.replace('|', '/')} |")
         if p.ended:
             lines.append(f"| {name} | (end of plan) | | {p.ended.replace('|', '/')} |")
     return "\n".join(lines)
@@ -458,7 +471,7 @@ def run(target: str) -> list[PropertyPlan]:
     """Plan every kernel property of ``target`` (``FLASHINFER_CUDA_ARCH_LIST`` set for its JIT specs)."""
     if target in CUDA_ARCH_LISTS:
         os.environ.setdefault("FLASHINFER_CUDA_ARCH_LIST", CUDA_ARCH_LISTS[target])
-    return [plan(p, CAPABILITIES.get(target)) for p in for_target(kernel_properties(), target)]
+    return [plan(p, target) for p in for_target(kernel_properties(), target)]
 
 
 def fatal(plans: list[PropertyPlan], require_libraries: bool, offline: bool) -> list[PropertyPlan]:
