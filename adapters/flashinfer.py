@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import functools
 import importlib
+import inspect
 import math
 import warnings
 from collections.abc import Callable
@@ -117,6 +118,13 @@ def sm90_scale_interleave(scales: torch.Tensor) -> torch.Tensor:
     """``flashinfer.fused_moe.prepare.interleave_moe_scales_for_sm90_mixed_gemm`` (pure torch)."""
     prepare = _import("flashinfer.fused_moe.prepare")
     return prepare.interleave_moe_scales_for_sm90_mixed_gemm(scales, group_size=32)
+
+
+def nvfp4_4over6_off(fn: Callable[..., object]) -> dict[str, None]:
+    """``{"nvfp4_4over6": None}`` where ``fn`` takes it (flashinfer-python 0.7.4: ``None`` switches the NVFP4
+    "4over6" recipe off whatever ``FLASHINFER_NVFP4_4OVER6*`` say), else nothing: 0.7.2.post1's MoE entry
+    points (vLLM 0.33.0's pin) have neither the parameter nor the recipe."""
+    return {"nvfp4_4over6": None} if "nvfp4_4over6" in inspect.signature(fn).parameters else {}
 
 
 def cuda_capability() -> tuple[int, int] | None:

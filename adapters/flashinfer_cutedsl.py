@@ -33,6 +33,7 @@ from types import ModuleType
 
 import torch
 
+from adapters import flashinfer as fi
 from adapters import flashinfer_moe_kernels as kernels
 from adapters.calls import kernel_device, launch
 from contracts.errors import LibraryUnavailable
@@ -183,7 +184,7 @@ def run_cutedsl_fp4_moe(
         moe_output=out,
         activation_type=act,
         quant_mode="w4a4",
-        nvfp4_4over6=None,
+        **fi.nvfp4_4over6_off(moe.cute_dsl_fused_moe),
         swap_ab=False,
     )
     return out.float()

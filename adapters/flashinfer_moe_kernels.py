@@ -34,7 +34,7 @@ import torch
 
 from adapters import flashinfer as fi
 from adapters.calls import kernel_device, launch, planned
-from contracts.errors import LibraryUnavailable
+from contracts.errors import LibraryUnavailable, VersionGate
 from contracts.moe import AlignedMoe, MoeWeights
 from reference.errors import require
 from reference.formats import NVFP4_BLOCK, GlobalScale, nvfp4_quantize
@@ -228,6 +228,11 @@ def flashinfer_padded(weights: MoeWeights, gated: bool, hidden_alignment: int = 
     with 128 FC1's K equals FC2's rows, the shape ``cutlass_fused_moe`` needs.
     """
     core = fi._import("flashinfer.fused_moe")
+    if not hasattr(core, "pad_trtllm_moe_weights"):
+        raise VersionGate(
+            f"flashinfer-python {fi.flashinfer_version()} has no fused_moe.pad_trtllm_moe_weights (FlashInfer's own "
+            "padding for its valid-size API, this property's reference); 0.7.4 has it"
+        )
     p = core.pad_trtllm_moe_weights(
         weights.w13,
         weights.w13_scale,
@@ -303,7 +308,7 @@ def run_trtllm_fp4_moe(
         valid_hidden_size=valid_hidden_size,
         valid_intermediate_size=valid_intermediate_size,
         hidden_states_scale_layout=flashinfer.SfLayout.layout_linear,
-        nvfp4_4over6=None,
+        **fi.nvfp4_4over6_off(flashinfer.fused_moe.trtllm_fp4_block_scale_moe),
     )
     return out[0].float()
 
@@ -357,7 +362,7 @@ def run_cutlass_fused_moe_nvfp4(
         input_sf=swizzle_128x4(sf).contiguous().to(dev),
         output=out,
         activation_type=flashinfer.ActivationType(act),
-        nvfp4_4over6=None,
+        **fi.nvfp4_4over6_off(flashinfer.fused_moe.cutlass_fused_moe),
         **swiglu,
     )
     return out.float()

@@ -44,7 +44,7 @@ from typing import Any
 import torch
 
 from adapters import calls
-from contracts.errors import LibraryUnavailable
+from contracts.errors import LibraryUnavailable, VersionGate
 from harness.hardware import REQUIREMENTS, machine
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -72,12 +72,13 @@ class Status(enum.IntEnum):
     READY = 0
     NEEDS_HARDWARE = 1
     FETCH = 2
-    MISSING = 3
-    FAIL = 4
+    GATED = 3
+    MISSING = 4
+    FAIL = 5
 
     @property
     def label(self) -> str:
-        return {0: "ready", 1: "needs hardware", 2: "fetch", 3: "missing", 4: "FAIL"}[self.value]
+        return ("ready", "needs hardware", "fetch", "version gate", "missing", "FAIL")[self.value]
 
 
 @dataclass(frozen=True)
@@ -284,7 +285,7 @@ def launch_boundaries(launched: list[str], target: str | None = None) -> Iterato
 
             def get_artifact(file_name: str, sha256: str, *args: Any, **kwargs: Any) -> bytes:
                 data = loader.load_cubin(str(env.FLASHINFER_CUBIN_DIR / file_name), sha256)
-                if data is not None:
+                if data:  # None (0.7.4) or b"" (0.7.2) when absent
                     return data
                 raise _Boundary(
                     Status.FETCH,
@@ -409,10 +410,8 @@ def plan(prop: KernelProperty, target: str | None = None, tries: int = 8) -> Pro
             else:
                 continue  # the check rejects this example before any call: try the next one
         except LibraryUnavailable as exc:
-            status = Status.MISSING if not result.checks else Status.READY
-            result.ended = f"stopped: {exc}"
-            if not result.checks:
-                result.checks.append(CallCheck("(library)", status, str(exc)[:300]))
+            status = Status.GATED if isinstance(exc, VersionGate) else Status.MISSING
+            result.checks.append(CallCheck("(library)", status, str(exc)[:300]))
         except Exception as exc:  # noqa: BLE001 - reported in the table
             text = f"{type(exc).__name__}: {exc}".replace("\n", " ")[:300]
             if result.checks:
@@ -476,7 +475,8 @@ def run(target: str) -> list[PropertyPlan]:
 
 def fatal(plans: list[PropertyPlan], require_libraries: bool, offline: bool) -> list[PropertyPlan]:
     """The plans that make the preflight fail under these options."""
-    worst = {Status.FAIL} | ({Status.MISSING} if require_libraries else set()) | ({Status.FETCH} if offline else set())
+    worst = {Status.FAIL} | ({Status.MISSING, Status.GATED} if require_libraries else set())
+    worst |= {Status.FETCH} if offline else set()
     return [p for p in plans if p.status in worst or not p.checks]
 
 
