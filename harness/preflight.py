@@ -32,7 +32,6 @@ import enum
 import importlib
 import importlib.metadata
 import inspect
-import os
 import re
 import sys
 from collections import Counter
@@ -59,11 +58,8 @@ has at least one hardware marker and all of them are the target's."""
 
 HARDWARE = frozenset().union(*TARGETS.values())
 
-CUDA_ARCH_LISTS = {"sm100": "10.0a", "sm90": "9.0a"}
-"""``FLASHINFER_CUDA_ARCH_LIST`` for generating a target's JIT specs without its GPU."""
-
 CAPABILITIES = {"sm100": (10, 0), "sm90": (9, 0)}
-"""The compute capability FlashInfer's device queries answer in a target's plan (no GPU is asked)."""
+"""The compute capability FlashInfer's device queries and JIT specs see in a target's plan (no GPU is asked)."""
 
 
 class Status(enum.IntEnum):
@@ -271,9 +267,12 @@ def launch_boundaries(launched: list[str], target: str | None = None) -> Iterato
             stack.enter_context(_patched(torch.cuda, "current_device", lambda: 0))
             stack.enter_context(_patched(torch.cuda, "device", lambda device: contextlib.nullcontext()))
         if "flashinfer" in machine().libraries:
+            core = importlib.import_module("flashinfer.jit.core")
             if capability is not None and not torch.cuda.is_available():
                 _patch_everywhere(stack, "flashinfer", "get_compute_capability", lambda device: capability)
-            core = importlib.import_module("flashinfer.jit.core")
+                context = core.current_compilation_context  # what FLASHINFER_CUDA_ARCH_LIST would set
+                arch = {(capability[0], f"{capability[1]}a")}
+                stack.enter_context(_patched(context, "TARGET_CUDA_ARCHS", arch))
 
             def build_and_load(spec: Any) -> Any:
                 raise _jit_verdict(spec)
@@ -467,9 +466,7 @@ def table(target: str, plans: list[PropertyPlan]) -> str:
 
 
 def run(target: str) -> list[PropertyPlan]:
-    """Plan every kernel property of ``target`` (``FLASHINFER_CUDA_ARCH_LIST`` set for its JIT specs)."""
-    if target in CUDA_ARCH_LISTS:
-        os.environ.setdefault("FLASHINFER_CUDA_ARCH_LIST", CUDA_ARCH_LISTS[target])
+    """Plan every kernel property of ``target``."""
     return [plan(p, target) for p in for_target(kernel_properties(), target)]
 
 
