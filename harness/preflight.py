@@ -255,20 +255,21 @@ def _patch_everywhere(stack: contextlib.ExitStack, prefix: str, name: str, value
 def launch_boundaries(launched: list[str], target: str | None = None) -> Iterator[None]:
     """Stop FlashInfer at JIT module loading and trtllm-gen artifact reads (raising :class:`_Boundary`) and
     turn Triton kernel launches into no-ops recorded in ``launched``, for the libraries installed. Without a
-    GPU, the device queries of FlashInfer (compute capability) and AITER's Triton wrappers (``get_arch``)
-    answer ``target``'s architecture."""
+    GPU needed, the device queries of FlashInfer (compute capability, current device) and AITER's Triton
+    wrappers (``get_arch``) answer ``target``'s architecture (on its own host too: the plan's tensors are
+    on the CPU, which those queries would refuse)."""
     capability = CAPABILITIES.get(target or "")
     with contextlib.ExitStack() as stack:
-        if target == "gfx950" and not torch.cuda.is_available():
+        if target == "gfx950":
             arch_info = sys.modules.get("aiter.ops.triton.utils._triton.arch_info")
             if arch_info is not None:
                 stack.enter_context(_patched(arch_info, "get_arch", lambda: "gfx950"))
-        if capability is not None and not torch.cuda.is_available():
+        if capability is not None:
             stack.enter_context(_patched(torch.cuda, "current_device", lambda: 0))
             stack.enter_context(_patched(torch.cuda, "device", lambda device: contextlib.nullcontext()))
         if "flashinfer" in machine().libraries:
             core = importlib.import_module("flashinfer.jit.core")
-            if capability is not None and not torch.cuda.is_available():
+            if capability is not None:
                 _patch_everywhere(stack, "flashinfer", "get_compute_capability", lambda device: capability)
                 context = core.current_compilation_context  # what FLASHINFER_CUDA_ARCH_LIST would set
                 arch = {(capability[0], f"{capability[1]}a")}
@@ -309,6 +310,12 @@ def launch_boundaries(launched: list[str], target: str | None = None) -> Iterato
         yield
 
 
+def is_hip_module(fn: Any) -> bool:
+    """Whether ``fn`` is one of AITER's compiled (HIP, ASM, CK) entry points rather than its Triton code."""
+    module = getattr(inspect.unwrap(fn), "__module__", "") or ""
+    return module.startswith("aiter") and not module.startswith("aiter.ops.triton")
+
+
 def check_call(call: calls.KernelCall, target: str | None = None) -> tuple[CallCheck, Any]:
     """The verdict on ``call`` and its output where the library's code ran to the end (else ``calls.NOT_RUN``)."""
     fn = call.fn
@@ -324,6 +331,13 @@ def check_call(call: calls.KernelCall, target: str | None = None) -> tuple[CallC
             Status.FAIL,
             f"signature mismatch ({exc}): the adapter calls {call.name}{describe_call(call)}; "
             f"the installed library has {getattr(fn, '__name__', call.name)}{signature}",
+        ), calls.NOT_RUN
+    if not isinstance(fn, calls.SourceOnly) and is_hip_module(fn):
+        return CallCheck(
+            call.name,
+            Status.READY,
+            f"binds to {fn.__module__}.{call.name.split()[0]}{signature}; AITER's HIP/ASM/CK modules are bound only "
+            "(calling one loads, and may build, its module)",
         ), calls.NOT_RUN
     if isinstance(fn, calls.SourceOnly):
         return CallCheck(
