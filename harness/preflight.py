@@ -1,27 +1,30 @@
 """Preflight: every kernel property of a hardware target, its library calls built and checked, nothing launched.
 
 ``python -m harness.preflight --hardware {sm100,sm90,gfx950}`` finds the kernel properties
-(``@check(..., kernel=True)`` tests in ``conformance/``) whose hardware markers that target has, and runs
-each one's bare check on its first pinned example (the built-in policy; a property without pins gets its
-strategy's simplest example) inside :func:`adapters.calls.planning`. The adapters then build every call
-exactly as on the GPU, with inputs on the CPU (:func:`adapters.calls.kernel_device`), and hand it to :func:`check_call` instead of
-launching it. Each call is checked against the installed library:
+(``@check(..., kernel=True)`` tests in ``conformance/``, with each backend the plugin parametrizes them with)
+whose hardware markers that target has, and runs each one's bare check on its first pinned example (the
+built-in policy; a property without pins gets its strategy's simplest example) inside
+:func:`adapters.calls.planning`. The adapters then build every call exactly as on the GPU, with inputs on
+the CPU (:func:`adapters.calls.kernel_device`), and hand it to :func:`check_call` instead of launching it:
 
-1. the entry point imports (AITER's HIP entry points need ROCm: their signature is read from the installed
-   source instead, :class:`adapters.calls.SourceOnly`);
+1. the entry point imports (AITER's HIP entry points need ROCm: elsewhere their signature is read from the
+   installed source, :class:`adapters.calls.SourceOnly`);
 2. ``inspect.signature(fn).bind(*args, **kwargs)`` accepts the call (a mismatch shows both signatures);
 3. the library's own Python code runs on those tensors up to the launch: FlashInfer up to loading its JIT
    module (``JitSpec.build_and_load``, intercepted: the spec's sources must exist; whether the module is
    prebuilt and whether trtllm-gen's artifacts are in ``FLASHINFER_CUBIN_DIR`` is reported, nothing is
    downloaded or built), Triton libraries up to each kernel launch (``JITFunction.run`` and
-   ``Autotuner.run`` intercepted, so their wrappers' allocations and checks run and return their (unwritten) outputs).
+   ``Autotuner.run`` become no-ops, so their wrappers' checks and allocations run). Device queries answer the
+   target's architecture. AITER's compiled (HIP, ASM, CK) entry points are bound only: calling one loads,
+   and may build, its module.
 
-Verdicts, worst first: ``FAIL`` (the property would fail: a signature mismatch, a dtype or shape the
-library refuses, a missing JIT source, a property that cannot build its call), ``missing`` (a library its
-markers need is not installed: the property would be skipped), ``fetch`` (JIT compilation or artifact
-download at first use), ``needs hardware`` (what could be checked here passed; the rest needs the GPU) and
-``ready``. The exit code is non-zero on ``FAIL``; ``--require-libraries`` adds ``missing`` and ``--offline``
-adds ``fetch`` (a host without network access, docs/hardware-ci.md).
+Verdicts, worst first (:class:`Status`): ``FAIL`` (the property would fail: a signature mismatch, a dtype or
+shape the library refuses, a missing JIT source, a property that cannot build its call), ``missing`` (a
+library its markers need is not installed: the property would be skipped), ``version gate`` (the installed
+version lacks an API the property needs, :class:`contracts.errors.VersionGate`), ``fetch`` (a JIT build or an
+artifact download at first use), ``needs hardware`` (what could be checked here passed) and ``ready``. The
+exit code is 1 on ``FAIL``; ``--require-libraries`` adds ``missing`` and ``version gate``, ``--offline`` adds
+``fetch`` (docs/hardware-ci.md).
 """
 
 from __future__ import annotations
