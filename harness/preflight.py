@@ -48,6 +48,7 @@ import torch
 from adapters import calls
 from contracts.errors import LibraryUnavailable, VersionGate
 from harness.hardware import REQUIREMENTS, machine
+from harness.properties import PropertySpec
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -110,7 +111,7 @@ class KernelProperty:
 
     test: str
     check: Callable[..., None]
-    spec: Any
+    spec: PropertySpec
     backend: enum.Enum | None
     markers: frozenset[str]
 
@@ -477,8 +478,8 @@ def table(target: str, plans: list[PropertyPlan]) -> str:
         for c in dict.fromkeys(p.checks):
             times = f" (x{counts[c]})" if counts[c] > 1 else ""
             lines.append(f"| {name} | {c.call}{times} | {c.status.label} | {c.detail.replace('|', '/')} |")
-        if p.ended:
-            lines.append(f"| {name} | (end of plan) | | {p.ended.replace('|', '/')} |")
+        ended = f"; {p.ended}" if p.ended else ""
+        lines.append(f"| {name} | (example) | | {p.example.replace('|', '/')}{ended.replace('|', '/')} |")
     return "\n".join(lines)
 
 
