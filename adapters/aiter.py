@@ -163,14 +163,12 @@ def gemm_a4w4_bpreshuffle(act: QuantizedActivation, weight: torch.Tensor, scale:
     device = act.kernel_packed.device
     w = weight.to(device).contiguous().view(act.kernel_packed.dtype)
     s = scale.to(device).contiguous().view(act.kernel_scales.dtype)
-    m, n = act.packed.shape[0], w.shape[0]
+    m, n, name = act.packed.shape[0], w.shape[0], f"gemm_a4w4 ({api} API)"
     if api == "amd-aiter 0.1.7":
-        out = torch.empty(round_up(m, 32), n, dtype=torch.bfloat16, device=device)
-        args: tuple[Any, ...] = (act.kernel_packed, w, act.kernel_scales, s, out)
-        kwargs: dict[str, Any] = {"bpreshuffle": True}
+        y = torch.empty(round_up(m, 32), n, dtype=torch.bfloat16, device=device)
+        launch(name, gemm, act.kernel_packed, w, act.kernel_scales, s, y, bpreshuffle=True)
     else:
-        args, kwargs = (act.kernel_packed, w, act.kernel_scales, s), {"dtype": torch.bfloat16, "bpreshuffle": True}
-    y = launch(f"gemm_a4w4 ({api} API)", gemm, *args, **kwargs)
+        y = launch(name, gemm, act.kernel_packed, w, act.kernel_scales, s, dtype=torch.bfloat16, bpreshuffle=True)
     return y[:m]
 
 
