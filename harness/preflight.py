@@ -35,6 +35,7 @@ import enum
 import importlib
 import importlib.metadata
 import inspect
+import os
 import re
 import sys
 from collections import Counter
@@ -501,6 +502,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--require-libraries", action="store_true", help="a missing library fails (nightly hosts)")
     parser.add_argument("--offline", action="store_true", help="JIT compilation or artifact download fails")
     args = parser.parse_args(argv)
+    capability = CAPABILITIES.get(args.hardware)
+    if capability is not None and not torch.cuda.is_available():  # FlashInfer names its JIT folders after it
+        os.environ.setdefault("FLASHINFER_CUDA_ARCH_LIST", f"{capability[0]}.{capability[1]}a")
     plans = run(args.hardware)
     print(table(args.hardware, plans))
     bad = fatal(plans, args.require_libraries, args.offline)
