@@ -34,6 +34,7 @@ import contextlib
 import enum
 import importlib
 import importlib.metadata
+import importlib.util
 import inspect
 import os
 import re
