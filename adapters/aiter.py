@@ -21,12 +21,15 @@ import importlib
 import inspect
 from dataclasses import dataclass
 from types import ModuleType
+from typing import Any
 
 import torch
 
+from adapters.calls import SourceOnly, launch, planned
 from contracts.errors import LibraryUnavailable
 from reference.formats import MXFP4_BLOCK
 from reference.layouts import aiter_e8m0_unshuffle
+from reference.sizes import round_up
 
 
 class AiterUnavailable(LibraryUnavailable):
@@ -45,7 +48,7 @@ def require_parameters(fn: object, name: str, needed: tuple[str, ...], absent: t
     if missing or extra:
         raise AiterApiMismatch(
             f"AITER's {name}{inspect.signature(fn)} lacks {missing} / has {extra}: the suite calls the API of "
-            "ROCm/aiter main (2026-08); amd-aiter 0.1.7.post2.dev18 from PyPI predates it (docs/hardware.md §3)"
+            "ROCm/aiter main (2026-08), docs/hardware.md §3"
         )
 
 
@@ -64,8 +67,44 @@ def _import(*candidates: str) -> ModuleType:
     )
 
 
+def entry(module: str, name: str) -> Any:
+    """AITER's function ``name`` of ``module``; in a plan where AITER does not import (no ROCm), a
+    :class:`~adapters.calls.SourceOnly` stand-in carrying its source signature."""
+    try:
+        return getattr(_import(module), name)
+    except (AiterUnavailable, AttributeError) as exc:
+        if planned():
+            return SourceOnly(module, name, str(exc))
+        raise AiterUnavailable(f"AITER's {module}.{name} is unavailable: {exc}") from exc
+
+
+GEMM_A4W4_APIS = {
+    "ROCm/aiter main": (("dtype", "bpreshuffle"), ("out",)),
+    "amd-aiter 0.1.7": (("out", "bpreshuffle"), ("dtype",)),
+}
+"""``gemm_a4w4`` signatures by release: parameters each takes and lacks. ROCm/aiter main (what vLLM 0.33.0's
+``gemm_with_dynamic_quant`` calls): ``gemm_a4w4(A, B, A_scale, B_scale, bias=None, dtype=bf16, ...,
+bpreshuffle=True)`` returning its output; amd-aiter 0.1.7.post2.dev18 (``aiter/ops/gemm_op_a4w4.py`` of the
+wheel): ``gemm_a4w4(A, B, A_scale, B_scale, out, bias=None, alpha=1.0, beta=0.0, bpreshuffle=True)`` writing
+a preallocated ``out`` whose rows are a multiple of 32."""
+
+
+def gemm_a4w4_api(fn: object) -> str:
+    """Which :data:`GEMM_A4W4_APIS` entry ``fn``'s signature is; :class:`AiterApiMismatch` if neither."""
+    params = inspect.signature(fn).parameters
+    for api, (takes, lacks) in GEMM_A4W4_APIS.items():
+        if all(p in params for p in takes) and not any(p in params for p in lacks):
+            return api
+    raise AiterApiMismatch(
+        f"AITER's gemm_a4w4{inspect.signature(fn)} matches none of the known APIs {GEMM_A4W4_APIS} "
+        "(docs/hardware.md §3)"
+    )
+
+
 def require_gfx950() -> None:
-    """Raise :class:`AiterUnavailable` unless device 0 is a ROCm gfx950 GPU (MI350x / MI355x)."""
+    """Raise :class:`AiterUnavailable` unless device 0 is a ROCm gfx950 GPU (MI350x / MI355x) or this is a plan."""
+    if planned():
+        return
     if torch.version.hip is None or not torch.cuda.is_available():
         raise AiterUnavailable("AITER FP4 GEMMs need a ROCm build of torch and an AMD GPU; this machine has neither")
     arch = torch.cuda.get_device_properties(0).gcnArchName
@@ -88,9 +127,17 @@ def hip_quantize(x: torch.Tensor) -> QuantizedActivation:
     """``per_1x32_f4_quant_hip(x, shuffle=True)``: scales padded to ``(ru(M, 256), ru(K/32, 8))`` and
     shuffled (pad bytes never written); the linear scales are the unshuffled valid region."""
     require_gfx950()
-    aiter = _import("aiter")
     m, k = x.shape
-    x_q, x_s = aiter.per_1x32_f4_quant_hip(x, shuffle=True)
+    x_q, x_s = launch(
+        "per_1x32_f4_quant_hip",
+        entry("aiter.ops.quant", "per_1x32_f4_quant_hip"),
+        x,
+        shuffle=True,
+        planned_output=lambda: (
+            torch.zeros(m, k // 2, dtype=torch.uint8),
+            torch.zeros(round_up(m, 256), round_up(k // MXFP4_BLOCK, 8), dtype=torch.uint8),
+        ),
+    )
     linear = aiter_e8m0_unshuffle(x_s.view(torch.uint8).cpu(), m, k // MXFP4_BLOCK)
     return QuantizedActivation(x_q.view(torch.uint8).cpu(), linear.contiguous(), x_q, x_s)
 
@@ -98,33 +145,42 @@ def hip_quantize(x: torch.Tensor) -> QuantizedActivation:
 def triton_quantize(x: torch.Tensor) -> QuantizedActivation:
     """``dynamic_mxfp4_quant(x)``: packed ``[M, K/2]`` and linear scales ``[M, K/32]``."""
     require_gfx950()
-    quant = _import("aiter.ops.triton.quant", "aiter.ops.triton.quant.quant")
-    x_q, x_s = quant.dynamic_mxfp4_quant(x)
+    from adapters.aiter_triton import QUANT, aiter_module  # imports this module: deferred
+
+    quant = aiter_module(QUANT)
+    x_q, x_s = launch("dynamic_mxfp4_quant", quant.dynamic_mxfp4_quant, x)
     return QuantizedActivation(x_q.view(torch.uint8).cpu(), x_s.view(torch.uint8).cpu(), x_q, x_s)
 
 
 def gemm_a4w4_bpreshuffle(act: QuantizedActivation, weight: torch.Tensor, scale: torch.Tensor) -> torch.Tensor:
     """ASM ``gemm_a4w4`` on ``shuffle_weight`` (16, 16) weights ``[N, K/2]`` and swizzled scales
-    ``[N, K/32]``; returns bf16 ``[M, N]`` (the kernel pads M to 32; vLLM slices ``[:M]``)."""
+    ``[N, K/32]``; returns bf16 ``[M, N]`` (the kernel pads M to 32; vLLM slices ``[:M]``). Called in the
+    API the installed AITER has (:func:`gemm_a4w4_api`): with ``dtype`` (ROCm/aiter main, as vLLM 0.33.0
+    calls it), or with a preallocated ``out [ru(M, 32), N]`` (amd-aiter 0.1.7)."""
     require_gfx950()
-    aiter = _import("aiter")
-    # ROCm/aiter main: gemm_a4w4(A, B, A_scale, B_scale, bias=None, dtype=bf16, ..., bpreshuffle=True) returns
-    # the output; amd-aiter 0.1.7 took a preallocated `out` as its fifth argument and had no dtype.
-    require_parameters(aiter.gemm_a4w4, "gemm_a4w4", ("dtype", "bpreshuffle"), ("out",))
+    gemm = entry("aiter.ops.gemm_op_a4w4", "gemm_a4w4")
+    api = gemm_a4w4_api(gemm)
     device = act.kernel_packed.device
     w = weight.to(device).contiguous().view(act.kernel_packed.dtype)
     s = scale.to(device).contiguous().view(act.kernel_scales.dtype)
-    y = aiter.gemm_a4w4(act.kernel_packed, w, act.kernel_scales, s, dtype=torch.bfloat16, bpreshuffle=True)
-    return y[: act.packed.shape[0]]
+    m, n, name = act.packed.shape[0], w.shape[0], f"gemm_a4w4 ({api} API)"
+    if api == "amd-aiter 0.1.7":
+        y = torch.empty(round_up(m, 32), n, dtype=torch.bfloat16, device=device)
+        launch(name, gemm, act.kernel_packed, w, act.kernel_scales, s, y, bpreshuffle=True)
+    else:
+        y = launch(name, gemm, act.kernel_packed, w, act.kernel_scales, s, dtype=torch.bfloat16, bpreshuffle=True)
+    return y[:m]
 
 
 def gemm_afp4wfp4(act: QuantizedActivation, weight: torch.Tensor, scale_kn: torch.Tensor) -> torch.Tensor:
     """Triton ``gemm_afp4wfp4`` on plain weights ``[N, K/2]`` and the stored ``(K/32, N)`` scale
     (passed as its ``.T`` view, as vLLM does); returns bf16 ``[M, N]``."""
     require_gfx950()
-    gemm = _import("aiter.ops.triton.gemm.basic.gemm_afp4wfp4", "aiter.ops.triton.gemm_afp4wfp4")
+    from adapters.aiter_triton import GEMM, aiter_module  # imports this module: deferred
+
+    gemm = aiter_module(GEMM)
     device = act.kernel_packed.device
     w = weight.to(device).contiguous()
     s = scale_kn.to(device).contiguous()
     y = torch.empty(act.packed.shape[0], w.shape[0], dtype=torch.bfloat16, device=device)
-    return gemm.gemm_afp4wfp4(act.kernel_packed, w, act.kernel_scales, s.T, torch.bfloat16, y)
+    return launch("gemm_afp4wfp4", gemm.gemm_afp4wfp4, act.kernel_packed, w, act.kernel_scales, s.T, torch.bfloat16, y)

@@ -52,6 +52,7 @@ from types import ModuleType
 import torch
 
 from adapters.aiter import AiterUnavailable
+from adapters.calls import launch, planned
 from harness.hardware import MODE_LABELS
 
 LABEL = MODE_LABELS["aiter_triton"]
@@ -192,11 +193,11 @@ def e8m0_to_f32(scales: torch.Tensor) -> torch.Tensor:
 def require_cuda() -> None:
     """Raise :class:`AiterUnavailable` unless an NVIDIA GPU and AITER's Triton modules are here; then
     make ``arch_info.is_fp4_avail()`` answer True (see the module docstring)."""
-    if torch.version.hip is not None or not torch.cuda.is_available():
+    if not planned() and (torch.version.hip is not None or not torch.cuda.is_available()):
         raise AiterUnavailable(f"{LABEL} needs an NVIDIA GPU; this machine has none")
     arch_info = aiter_module(ARCH_INFO)
     if not getattr(arch_info.is_fp4_avail, "_fp4c_cuda", False):
-        major, minor = torch.cuda.get_device_capability(0)
+        major, minor = (9, 0) if planned() else torch.cuda.get_device_capability(0)
         arch = f"sm{major}{minor}"
 
         def is_fp4_avail() -> bool:
@@ -258,7 +259,7 @@ def dynamic_mxfp4_quant(x: torch.Tensor) -> Mxfp4Device:
     The scales come back as AITER allocates them: a ``(K/32, M)`` buffer viewed ``.T``.
     """
     require_cuda()
-    x_q, x_s = cuda_module(QUANT).dynamic_mxfp4_quant(x)
+    x_q, x_s = launch("dynamic_mxfp4_quant", cuda_module(QUANT).dynamic_mxfp4_quant, x)
     return Mxfp4Device(x_q.view(torch.uint8), x_s.view(torch.uint8))
 
 
@@ -314,7 +315,8 @@ def gemm_afp4wfp4(
     xs = _scale_rows(act.scales.T, oob_scale_fill)
     m = act.packed.shape[0]
     y = torch.empty(m, w.shape[0], dtype=torch.bfloat16, device=device)
-    return cuda_module(GEMM).gemm_afp4wfp4(act.packed, w, xs.T, s.T, torch.bfloat16, y, config=gemm_config(m))
+    gemm = cuda_module(GEMM).gemm_afp4wfp4
+    return launch("gemm_afp4wfp4", gemm, act.packed, w, xs.T, s.T, torch.bfloat16, y, config=gemm_config(m))
 
 
 MOE_CONFIG = {"BLOCK_SIZE_M": 16, "BLOCK_SIZE_N": 64, "BLOCK_SIZE_K": 128, "GROUP_SIZE_M": 1, "num_warps": 4}
@@ -340,7 +342,8 @@ def moe_align_block_size(topk_ids: torch.Tensor, experts: int, block: int) -> So
     sorted_ids = torch.full((slots,), numel, dtype=torch.int32, device=topk_ids.device)
     expert_ids = torch.empty((-(-slots // block),), dtype=torch.int32, device=topk_ids.device)
     post = torch.empty((1,), dtype=torch.int32, device=topk_ids.device)
-    cuda_module(MOE_ALIGN).moe_align_block_size_triton(topk_ids, experts, block, sorted_ids, expert_ids, post)
+    align = cuda_module(MOE_ALIGN).moe_align_block_size_triton
+    launch("moe_align_block_size_triton", align, topk_ids, experts, block, sorted_ids, expert_ids, post)
     return SortedTokens(sorted_ids, expert_ids, post)
 
 
@@ -364,7 +367,9 @@ def fused_moe_mxfp4(
     out = torch.zeros(act.packed.shape[0], top_k, n, dtype=torch.bfloat16, device=device)
     ones_a = torch.ones(1, dtype=torch.float32, device=device)
     ones_b = torch.ones(e, dtype=torch.float32, device=device)
-    cuda_module(MOE).fused_moe_mxfp4(
+    launch(
+        "fused_moe_mxfp4",
+        cuda_module(MOE).fused_moe_mxfp4,
         act.packed,
         weight.to(device).contiguous(),
         out,

@@ -14,12 +14,15 @@ from __future__ import annotations
 
 import functools
 import importlib
+import inspect
+import math
 import warnings
 from collections.abc import Callable
 from types import ModuleType
 
 import torch
 
+from adapters.calls import kernel_device, launch, planned
 from contracts.errors import LibraryUnavailable
 from reference.layouts import TRTLLM_EPILOGUE_TILE_M
 from reference.sizes import round_up
@@ -117,6 +120,13 @@ def sm90_scale_interleave(scales: torch.Tensor) -> torch.Tensor:
     return prepare.interleave_moe_scales_for_sm90_mixed_gemm(scales, group_size=32)
 
 
+def nvfp4_4over6_off(fn: Callable[..., object]) -> dict[str, None]:
+    """``{"nvfp4_4over6": None}`` where ``fn`` takes it (flashinfer-python 0.7.4: ``None`` switches the NVFP4
+    "4over6" recipe off whatever ``FLASHINFER_NVFP4_4OVER6*`` say), else nothing: 0.7.2.post1's MoE entry
+    points (vLLM 0.33.0's pin) have neither the parameter nor the recipe."""
+    return {"nvfp4_4over6": None} if "nvfp4_4over6" in inspect.signature(fn).parameters else {}
+
+
 def cuda_capability() -> tuple[int, int] | None:
     return torch.cuda.get_device_capability() if torch.cuda.is_available() else None
 
@@ -124,12 +134,21 @@ def cuda_capability() -> tuple[int, int] | None:
 def block_scale_interleave(scales: torch.Tensor) -> torch.Tensor:
     """FlashInfer's CUDA 128x4 ``block_scale_interleave`` on a GPU; returns the flat buffer on CPU.
 
-    Raises :class:`LibraryUnavailable` without a CUDA GPU (the op is a JIT-built CUDA kernel).
+    Raises :class:`LibraryUnavailable` without a CUDA GPU (the op is a JIT-built CUDA kernel). Its output
+    holds ``prod(batch) · ru(rows, 128) · ru(cols, 4)`` bytes (zeros of that size in a plan).
     """
-    if cuda_capability() is None:
+    if cuda_capability() is None and not planned():
         raise LibraryUnavailable("block_scale_interleave is a CUDA kernel: needs an NVIDIA GPU (sm_75+)")
     quant = _import("flashinfer.quantization.fp4_quantization")
-    return quant.block_scale_interleave(scales.cuda().contiguous()).cpu()
+    *batch, rows, cols = scales.shape
+    numel = math.prod(batch) * round_up(rows, 128) * round_up(cols, 4)
+    out = launch(
+        "block_scale_interleave",
+        quant.block_scale_interleave,
+        scales.to(kernel_device()).contiguous(),
+        planned_output=lambda: torch.zeros(numel, dtype=scales.dtype),
+    )
+    return out.cpu()
 
 
 def e2m1_and_ufp8sf_scale_to_float(
@@ -140,11 +159,13 @@ def e2m1_and_ufp8sf_scale_to_float(
     Computes ``e2m1 · (sf · global)``; UE8M0 bytes decode as fp32 bits ``b << 23``. The wrapper
     queries ``cuda:0`` for its module's architecture, so this needs a CUDA GPU.
     """
-    if cuda_capability() is None:
+    if cuda_capability() is None and not planned():
         raise LibraryUnavailable("FlashInfer's host dequant wrapper queries cuda:0: needs an NVIDIA GPU")
     quant = _import("flashinfer.quantization.fp4_quantization")
     g = torch.tensor([global_decode], dtype=torch.float32)
-    return quant.e2m1_and_ufp8sf_scale_to_float(
+    return launch(
+        "e2m1_and_ufp8sf_scale_to_float",
+        quant.e2m1_and_ufp8sf_scale_to_float,
         packed.cpu(),
         scales.cpu().reshape(-1),
         g,
@@ -156,10 +177,16 @@ def e2m1_and_ufp8sf_scale_to_float(
 
 def mxfp4_dequantize_host(packed: torch.Tensor, scales: torch.Tensor) -> torch.Tensor:
     """FlashInfer's ``mxfp4_dequantize_host`` (CPU op, linear ``[n, k/32]`` scales; needs a GPU to load)."""
-    if cuda_capability() is None:
+    if cuda_capability() is None and not planned():
         raise LibraryUnavailable("FlashInfer's mxfp4_dequantize_host wrapper queries cuda:0: needs an NVIDIA GPU")
     quant = _import("flashinfer.quantization.fp4_quantization")
-    return quant.mxfp4_dequantize_host(packed.cpu().contiguous(), scales.cpu().contiguous(), 32)
+    return launch(
+        "mxfp4_dequantize_host",
+        quant.mxfp4_dequantize_host,
+        packed.cpu().contiguous(),
+        scales.cpu().contiguous(),
+        32,
+    )
 
 
 def trtllm_nvfp4_violations(intermediate: int, hidden: int, gated: bool) -> list[str]:

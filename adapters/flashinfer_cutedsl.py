@@ -33,7 +33,9 @@ from types import ModuleType
 
 import torch
 
+from adapters import flashinfer as fi
 from adapters import flashinfer_moe_kernels as kernels
+from adapters.calls import kernel_device, launch
 from contracts.errors import LibraryUnavailable
 from contracts.moe import AlignedMoe
 from reference.layouts import grouped_gate_up_interleave, swizzle_128x4
@@ -150,7 +152,7 @@ def run_cutedsl_fp4_moe(
     moe, utils = _cute_dsl()
     act = kernels._activation_type(CUTEDSL_ACTIVATIONS, activation, "cute_dsl_fused_moe")
     e, hp = aligned.weights.w13.shape[0], aligned.hidden_size
-    dev = torch.device("cuda")
+    dev = kernel_device()
     prepared = cutedsl_fp4_weights(aligned, activation.gated)
 
     def mma_view(swizzled: torch.Tensor) -> torch.Tensor:
@@ -161,7 +163,9 @@ def run_cutedsl_fp4_moe(
     packed, sf = kernels.quantize_activations(x, hp, scales.activation)
     weights, ids = route(logits, top_k)
     out = torch.empty(x.shape[0], hp, dtype=torch.bfloat16, device=dev)
-    moe.cute_dsl_fused_moe(
+    launch(
+        "cute_dsl_fused_moe (w4a4)",
+        moe.cute_dsl_fused_moe,
         x=packed.to(dev),
         x_sf=sf.to(dev).view(torch.float8_e4m3fn).unsqueeze(-1),
         token_selected_experts=ids.to(device=dev, dtype=torch.int32),
@@ -180,7 +184,7 @@ def run_cutedsl_fp4_moe(
         moe_output=out,
         activation_type=act,
         quant_mode="w4a4",
-        nvfp4_4over6=None,
+        **fi.nvfp4_4over6_off(moe.cute_dsl_fused_moe),
         swap_ab=False,
     )
     return out.float()

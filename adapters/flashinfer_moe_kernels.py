@@ -33,7 +33,8 @@ from dataclasses import dataclass
 import torch
 
 from adapters import flashinfer as fi
-from contracts.errors import LibraryUnavailable
+from adapters.calls import kernel_device, launch, planned
+from contracts.errors import LibraryUnavailable, VersionGate
 from contracts.moe import AlignedMoe, MoeWeights
 from reference.errors import require
 from reference.formats import NVFP4_BLOCK, GlobalScale, nvfp4_quantize
@@ -91,7 +92,9 @@ class TrtllmFp4Weights:
 
 
 def require_sm100(entry_point: str) -> None:
-    """Raise :class:`~contracts.errors.LibraryUnavailable` unless this is an SM100 GPU (cc 10.x)."""
+    """Raise :class:`~contracts.errors.LibraryUnavailable` unless this is an SM100 GPU (cc 10.x) or a plan."""
+    if planned():
+        return
     cc = fi.cuda_capability()
     if cc is None or torch.version.hip is not None or cc[0] != 10:
         here = "no NVIDIA GPU" if cc is None or torch.version.hip is not None else f"compute capability {cc}"
@@ -225,6 +228,11 @@ def flashinfer_padded(weights: MoeWeights, gated: bool, hidden_alignment: int = 
     with 128 FC1's K equals FC2's rows, the shape ``cutlass_fused_moe`` needs.
     """
     core = fi._import("flashinfer.fused_moe")
+    if not hasattr(core, "pad_trtllm_moe_weights"):
+        raise VersionGate(
+            f"flashinfer-python {fi.flashinfer_version()} has no fused_moe.pad_trtllm_moe_weights (FlashInfer's own "
+            "padding for its valid-size API, this property's reference); 0.7.4 has it"
+        )
     p = core.pad_trtllm_moe_weights(
         weights.w13,
         weights.w13_scale,
@@ -263,11 +271,13 @@ def run_trtllm_fp4_moe(
     gated = activation.gated
     e = aligned.weights.w13.shape[0]
     require(logits.shape == (x.shape[0], e), f"logits {tuple(logits.shape)} must be [T, E] = [{x.shape[0]}, {e}]")
-    dev = torch.device("cuda")
+    dev = kernel_device()
     prepared = trtllm_fp4_weights(aligned, gated)
     packed, sf = quantize_activations(x, aligned.hidden_size, scales.activation)
     out1, gate, out2 = trtllm_output_scales(scales, gated)
-    out = flashinfer.fused_moe.trtllm_fp4_block_scale_moe(
+    out = launch(
+        "trtllm_fp4_block_scale_moe",
+        flashinfer.fused_moe.trtllm_fp4_block_scale_moe,
         routing_logits=logits.float().to(dev),
         routing_bias=None,
         hidden_states=packed.to(dev),
@@ -298,7 +308,7 @@ def run_trtllm_fp4_moe(
         valid_hidden_size=valid_hidden_size,
         valid_intermediate_size=valid_intermediate_size,
         hidden_states_scale_layout=flashinfer.SfLayout.layout_linear,
-        nvfp4_4over6=None,
+        **fi.nvfp4_4over6_off(flashinfer.fused_moe.trtllm_fp4_block_scale_moe),
     )
     return out[0].float()
 
@@ -324,7 +334,7 @@ def run_cutlass_fused_moe_nvfp4(
     w = aligned.weights
     _check_fp4_moe(w, activation.gated, aligned.hidden_size, aligned.intermediate_size)
     e = w.w13.shape[0]
-    dev = torch.device("cuda")
+    dev = kernel_device()
     packed, sf = quantize_activations(x, aligned.hidden_size, scales.activation)
     swiglu: dict[str, torch.Tensor | None] = {}
     if activation.kind is ActivationKind.SWIGLU_OAI:
@@ -339,7 +349,9 @@ def run_cutlass_fused_moe_nvfp4(
         }
     on_device = MoeWeights(*(t.to(dev) for t in (w.w13, w.w13_scale, w.w2, w.w2_scale)), w.block)
     out = torch.empty(x.shape[0], w.w2.shape[1], dtype=torch.bfloat16, device=dev)
-    flashinfer.fused_moe.cutlass_fused_moe(
+    launch(
+        "cutlass_fused_moe (NVFP4)",
+        flashinfer.fused_moe.cutlass_fused_moe,
         packed.to(dev),
         expert_ids.to(device=dev, dtype=torch.int32),
         expert_weights.to(device=dev, dtype=torch.float32),
@@ -350,7 +362,7 @@ def run_cutlass_fused_moe_nvfp4(
         input_sf=swizzle_128x4(sf).contiguous().to(dev),
         output=out,
         activation_type=flashinfer.ActivationType(act),
-        nvfp4_4over6=None,
+        **fi.nvfp4_4over6_off(flashinfer.fused_moe.cutlass_fused_moe),
         **swiglu,
     )
     return out.float()

@@ -16,6 +16,7 @@ from typing import Any
 import torch
 
 from adapters import flashinfer as fi
+from adapters.calls import kernel_device, launch, planned, synchronize
 from contracts.errors import LibraryUnavailable
 from contracts.moe import AlignedMoe
 from reference.errors import require
@@ -168,6 +169,8 @@ def trtllm_mxfp4_weights(aligned: AlignedMoe, swizzle: Callable[[torch.Tensor], 
 
 
 def _require_sm100() -> None:
+    if planned():
+        return
     cc = fi.cuda_capability()
     if cc is None or cc[0] != 10:
         raise LibraryUnavailable(
@@ -189,7 +192,7 @@ def trtllm_mxfp4_moe(
     """
     _require_sm100()
     flashinfer = fi._import("flashinfer")
-    dev = torch.device("cuda")
+    dev = kernel_device()
     experts, t = round_up(w.w13.shape[0], KERNEL_EXPERT_MULTIPLE), x.shape[0]
 
     def experts_on_device(a: torch.Tensor | None) -> torch.Tensor | None:
@@ -197,10 +200,19 @@ def trtllm_mxfp4_moe(
 
     xp = torch.nn.functional.pad(x.float(), (0, w.hidden - x.shape[1])).to(torch.bfloat16).to(dev)
     if mxfp8:
-        x_q, x_s = flashinfer.mxfp8_quantize(xp, is_sf_swizzled_layout=False)
+        x_q, x_s = launch(
+            "mxfp8_quantize",
+            flashinfer.mxfp8_quantize,
+            xp,
+            is_sf_swizzled_layout=False,
+            planned_output=lambda: (
+                torch.zeros(t, w.hidden, dtype=torch.float8_e4m3fn),
+                torch.zeros(t * w.hidden // MXFP4_BLOCK, dtype=torch.uint8),
+            ),
+        )
         codes, scales = x_q.view(torch.uint8).cpu(), x_s.view(torch.uint8).cpu().reshape(t, -1)
         fed = e4m3_decode(codes) * ue8m0_decode(scales).repeat_interleave(MXFP4_BLOCK, dim=-1)
-        hidden_states, hidden_scale = x_q, x_s.view(torch.float8_e4m3fn).reshape(t, -1)
+        hidden_states, hidden_scale = x_q.to(dev), x_s.view(torch.float8_e4m3fn).reshape(t, -1).to(dev)
         layout = {"hidden_states_scale_layout": flashinfer.SfLayout.layout_linear}
     else:
         hidden_states, hidden_scale, fed, layout = xp, None, xp.float().cpu(), {}
@@ -210,7 +222,9 @@ def trtllm_mxfp4_moe(
 
     oai = act.kind is ActivationKind.SWIGLU_OAI
     ones = torch.ones(experts, dtype=torch.float32, device=dev)
-    out = flashinfer.trtllm_fp4_block_scale_routed_moe(
+    out = launch(
+        "trtllm_fp4_block_scale_routed_moe",
+        flashinfer.trtllm_fp4_block_scale_routed_moe,
         (ids.to(dev, torch.int32), routing.to(dev, torch.float32)),
         None,
         hidden_states,
@@ -235,7 +249,8 @@ def trtllm_mxfp4_moe(
         local_expert_offset=0,
         local_num_experts=experts,
         routed_scaling_factor=None,
+        planned_output=lambda: [torch.zeros(t, w.hidden, dtype=torch.bfloat16)],
         **layout,
     )
-    torch.cuda.synchronize()
+    synchronize()
     return out[0][:, : x.shape[1]].float().cpu(), fed[:, : x.shape[1]]

@@ -31,6 +31,7 @@ from typing import Any
 import torch
 
 from adapters import flashinfer as fi
+from adapters.calls import kernel_device, launch, planned, synchronize
 from contracts.errors import LibraryUnavailable
 from contracts.moe import MoeWeights
 from reference.errors import require
@@ -94,6 +95,8 @@ def w4a16_spec() -> Any:
 
 
 def _require_sm90() -> None:
+    if planned():
+        return
     cc = fi.cuda_capability()
     if cc != (9, 0):
         raise LibraryUnavailable(
@@ -205,19 +208,30 @@ def w4a16_moe(
     require(x.dim() == 2 and x.shape[1] <= hp, f"x must be [T, H] with H <= {hp}, got {tuple(x.shape)}")
     if act.kind not in SUPPORTED_ACTIVATIONS:
         raise ValueError(f"FlashInfer's W4A16 MoE is run here with swiglu / swiglu_oai only, not {act}")
-    prebuilt_module()
+    if not planned():  # a plan reports the module's prebuilt library where FlashInfer would load it
+        prebuilt_module()
     fused_moe = fi._import("flashinfer.fused_moe")
-    dev = torch.device("cuda")
+    dev = kernel_device()
     experts = weights.w13.shape[0]
 
     def scales(s: torch.Tensor) -> torch.Tensor:
         return fi.sm90_scale_interleave(s.contiguous()).to(dev).view(torch.int32)
 
-    w13 = fused_moe.interleave_moe_weights_for_sm90_mixed_gemm(weights.w13.to(dev).contiguous(), "fp4")
-    w2 = fused_moe.interleave_moe_weights_for_sm90_mixed_gemm(weights.w2.to(dev).contiguous(), "fp4")
+    def interleaved(w: torch.Tensor) -> torch.Tensor:
+        return launch(
+            "interleave_moe_weights_for_sm90_mixed_gemm",
+            fused_moe.interleave_moe_weights_for_sm90_mixed_gemm,
+            w.to(dev).contiguous(),
+            "fp4",
+            planned_output=lambda: torch.zeros_like(w, device=dev),
+        )
+
+    w13, w2 = interleaved(weights.w13), interleaved(weights.w2)
     x_dev = pad_dim(x.to(torch.bfloat16), -1, hp).to(dev)
     out = torch.empty(x.shape[0], hp, dtype=torch.bfloat16, device=dev)
-    fused_moe.cutlass_fused_moe(
+    launch(
+        "cutlass_fused_moe (W4A16 MXFP4)",
+        fused_moe.cutlass_fused_moe,
         x_dev,
         ids.to(dev, torch.int32),
         routing.to(dev, torch.float32),
@@ -229,5 +243,5 @@ def w4a16_moe(
         output=out,
         **_swiglu_params(act, experts, dev),
     )
-    torch.cuda.synchronize()
+    synchronize()
     return out[:, : x.shape[1]].float().cpu()

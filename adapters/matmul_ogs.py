@@ -28,6 +28,7 @@ from typing import Any
 
 import torch
 
+from adapters.calls import kernel_device, launch, planned
 from adapters.triton_kernels import HOPPER_NUM_WARPS, HOPPER_TILE_GROUPS, stored_scale_groups
 from contracts.errors import LibraryUnavailable
 from contracts.moe import MoeWeights
@@ -53,7 +54,7 @@ SUBMODULES = {
 @functools.cache
 def package() -> SimpleNamespace:
     """The first importable of :data:`PACKAGES`, its :data:`SUBMODULES` as attributes and ``name``."""
-    if not torch.cuda.is_available() or torch.version.hip is not None:
+    if not planned() and (not torch.cuda.is_available() or torch.version.hip is not None):
         raise LibraryUnavailable("triton_kernels' matmul_ogs needs an NVIDIA GPU; this machine has none")
     reasons = []
     for name in PACKAGES:
@@ -84,9 +85,9 @@ def hopper_weights(w: torch.Tensor, scale: torch.Tensor, *, groups_to: int = HOP
     tk.opt_flags.update_opt_flags_constraints({"split_k": 1})
     groups = stored_scale_groups(MXFP4_BLOCK * scale.shape[-1], groups_to)
     scale = pad_dim(scale, -1, groups)
-    value = tk.tensor.wrap_torch_tensor(w.cuda().transpose(-2, -1), dtype=tk.tensor.FP4)
+    value = tk.tensor.wrap_torch_tensor(w.to(kernel_device()).transpose(-2, -1), dtype=tk.tensor.FP4)
     value = tk.tensor.convert_layout(value, tk.layout.HopperMXValueLayout, mx_axis=1)
-    scales = tk.tensor.wrap_torch_tensor(scale.cuda().transpose(-2, -1))
+    scales = tk.tensor.wrap_torch_tensor(scale.to(kernel_device()).transpose(-2, -1))
     scales = tk.tensor.convert_layout(scales, tk.layout.HopperMXScaleLayout, mx_axis=1, num_warps=HOPPER_NUM_WARPS)
     flex = tk.matmul.FlexCtx(rhs_data=tk.numerics.InFlexData())
     return HopperWeights(value, tk.matmul.PrecisionConfig(weight_scale=scales, flex_ctx=flex), groups)
@@ -96,7 +97,14 @@ def batched_gemm(x: torch.Tensor, weights: HopperWeights) -> torch.Tensor:
     """``y[e] = x[e] · W[e]^T`` for ``x [E, M, K]`` (cast to bf16) through ``matmul_ogs`` without routing;
     returns fp32 ``[E, M, N]`` on the GPU."""
     tk = package()
-    y = tk.matmul.matmul_ogs(x.cuda().to(torch.bfloat16), weights.weight, None, precision_config=weights.precision)
+    y = launch(
+        "matmul_ogs",
+        tk.matmul.matmul_ogs,
+        x.to(kernel_device(), torch.bfloat16),
+        weights.weight,
+        None,
+        precision_config=weights.precision,
+    )
     return y.float()
 
 
@@ -123,17 +131,18 @@ def moe(weights: MoeWeights, x: torch.Tensor, logits: torch.Tensor, top_k: int, 
     fc1, fc2 = hopper_weights(weights.w13, weights.w13_scale), hopper_weights(weights.w2, weights.w2_scale)
     b13 = torch.zeros(e, rows) if weights.w13_bias is None else weights.w13_bias
     b2 = torch.zeros(e, h) if weights.w2_bias is None else weights.w2_bias
-    routing, gather, scatter = tk.routing.routing(logits.float().cuda(), top_k, sm_first=False)
+    dev = kernel_device()
+    routing, gather, scatter = launch("routing", tk.routing.routing, logits.float().to(dev), top_k, sm_first=False)
     activation = tk.matmul.FusedActivation(
         tk.matmul.FnSpecs("swiglu", tk.swiglu.swiglu_fn, ("alpha", "limit")), (alpha, limit), 2
     )
-    xb = x.cuda().to(torch.bfloat16)
-    hidden = tk.matmul.matmul_ogs(
-        xb, fc1.weight, b13.float().cuda(), routing, gather_indx=gather,
+    xb = x.to(dev, torch.bfloat16)
+    hidden = launch(
+        "matmul_ogs (FC1)", tk.matmul.matmul_ogs, xb, fc1.weight, b13.float().to(dev), routing, gather_indx=gather,
         precision_config=fc1.precision, fused_activation=activation,
     )  # fmt: skip
-    out = tk.matmul.matmul_ogs(
-        hidden, fc2.weight, b2.float().cuda(), routing, scatter_indx=scatter,
+    out = launch(
+        "matmul_ogs (FC2)", tk.matmul.matmul_ogs, hidden, fc2.weight, b2.float().to(dev), routing, scatter_indx=scatter,
         precision_config=fc2.precision, gammas=routing.gate_scal,
     )  # fmt: skip
     return out.float().cpu()

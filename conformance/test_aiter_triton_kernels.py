@@ -27,6 +27,7 @@ import pytest
 import torch
 
 from adapters import aiter_triton as at
+from adapters.calls import kernel_device
 from backends import record
 from backends.mxfp4_linear import AiterLinearPath
 from backends.mxfp4_moe import Mxfp4MoeBackend
@@ -55,7 +56,6 @@ from strategies.mx_activations import ActivationTiles, activation_tile, activati
 from strategies.mxfp4_moe import Mxfp4MoeConfig, mxfp4_moe_configs
 
 TRITON = AiterLinearPath.TRITON
-KERNEL_DEVICE = "cuda"
 
 # --- error bounds -----------------------------------------------------------------------------------
 
@@ -141,7 +141,7 @@ def check_dynamic_mxfp4_quant(
     ties AITER rounds away (:data:`TIES_AWAY`). Nothing else may differ."""
     at.require_cuda()
     x = activation_tile(case)
-    q = at.dynamic_mxfp4_quant(x.to(KERNEL_DEVICE))
+    q = at.dynamic_mxfp4_quant(x.to(kernel_device()))
     rounding = policy.linear_activation_rounding(backend)
     want, codes = expected_aiter_quantization(x.float(), rounding)
     scales = q.scales.contiguous().cpu()
@@ -168,7 +168,7 @@ def reference_activation(x: torch.Tensor) -> at.Mxfp4Device:
     quantizer with "even" scales (AITER's Triton mode) on the GPU. AITER's own ``dynamic_mxfp4_quant``
     writes wrong scale bytes there (:func:`aiter_scale_bytes_on_cuda`), which its own property pins."""
     q = mxfp4_quantize(x.float().cpu(), MxScaleRounding.EVEN)
-    return at.Mxfp4Device(q.packed.to(KERNEL_DEVICE), q.scales.to(KERNEL_DEVICE))
+    return at.Mxfp4Device(q.packed.to(kernel_device()), q.scales.to(kernel_device()))
 
 
 # --- the MXFP4 linear fallback: gemm_afp4wfp4 ------------------------------------------------------
@@ -241,7 +241,7 @@ wrong expert or a misplaced scale block gives 0.7 to 1.4."""
 
 def run_moe(w: MoeWeights, x: torch.Tensor, routing: torch.Tensor, ids: torch.Tensor) -> at.TritonMoeRun:
     """AITER's Triton MoE on ``w`` (FC1 ``[gate; up]``) with ``x`` zero-padded to its hidden size."""
-    xp = pad_dim(x, -1, w.hidden_size).to(KERNEL_DEVICE, torch.bfloat16)
+    xp = pad_dim(x, -1, w.hidden_size).to(kernel_device(), torch.bfloat16)
     return at.mxfp4_moe(w.w13, w.w13_scale, w.w2, w.w2_scale, xp, routing, ids, reference_activation)
 
 

@@ -20,6 +20,7 @@ import pytest
 import torch
 
 from adapters import aiter as aiter_kernels
+from adapters.calls import kernel_device
 from backends import record
 from backends.mxfp4_linear import VLLM_GUARD_TABLE, AiterLinearPath
 from conformance.linear_oracle import asm_defects, fallback_needless, process, swizzle_error
@@ -252,15 +253,15 @@ def check_aiter_gemm_kernel(
     n, k = (shape.real_n, shape.real_k) if real else (shape.n, shape.k)
     case = mxfp4_linear_case(shape, n, k)
     prepared = prepare(policy, backend, case.weight, case.scale)
-    x = case.x.to(torch.bfloat16).cuda()
+    x = case.x.to(kernel_device(), torch.bfloat16)
     act = r.quantize(x)
+    y = r.gemm(act, prepared.weight, prepared.scale)  # both kernels run before either is judged
     want_scales = mxfp4_quantize(x.float().cpu(), r.activation_rounding).scales
     mismatched = int((act.scales != want_scales).sum())
     assert mismatched == 0, (
         f"{backend.value} activation quantizer: {mismatched} block scale(s) differ from "
         f"{r.activation_rounding.value} rounding"
     )
-    y = r.gemm(act, prepared.weight, prepared.scale)
     a = mxfp4_dequantize(Quantized(act.packed, act.scales)).double().to(y.device)
     b = mxfp4_dequantize(Quantized(case.weight, case.scale)).double().to(y.device)
     exact, magnitude = a @ b.T, a.abs() @ b.abs().T

@@ -23,6 +23,7 @@ from adapters import aiter_triton, vllm_cutlass
 from adapters import flashinfer as fi
 from adapters import flashinfer_mxfp4 as fim
 from adapters import triton_kernels as tk
+from adapters.calls import kernel_device
 from backends import record
 from backends.mxfp4_moe import CONTRACT, Mxfp4MoeBackend
 from conformance.layers import align_mxfp4, reference_output, silu_no_bias
@@ -384,8 +385,10 @@ def check_trtllm_kernel(config: Mxfp4MoeConfig, backend: Mxfp4MoeBackend, policy
     r = record(backend)
     prepared = r.prepare(aligned, fi.block_scale_interleave)
     routing, ids = route(case.logits, config.shape.top_k)
-    for mxfp8, tol in ((False, r.tolerances["bf16 relative L2"]), (True, r.tolerances["mxfp8 relative L2"])):
-        out, fed = r.kernel(prepared, case.x, routing, ids, config.shape.activation, mxfp8)
+    runs = [(mxfp8, tol, *r.kernel(prepared, case.x, routing, ids, config.shape.activation, mxfp8)) for mxfp8, tol in (
+        (False, r.tolerances["bf16 relative L2"]), (True, r.tolerances["mxfp8 relative L2"])
+    )]  # fmt: skip
+    for mxfp8, tol, out, fed in runs:
         want = reference_output(case.real, Fc1Layout.GATE_UP, case, config, x=fed, requantize=None if mxfp8 else _bf16)
         label = "MXFP8" if mxfp8 else "BF16"
         assert torch.isfinite(out).all(), f"trtllm-gen MXFP4 x {label} returned non-finite values"
@@ -423,7 +426,7 @@ def check_aiter_kernel(config: Mxfp4MoeConfig, backend: Mxfp4MoeBackend, policy:
         assert torch.equal(theirs.reshape(-1), aiter_e8m0_shuffle(mine.reshape(e * n, kc)).reshape(-1)), (
             f"AITER's e8m0_shuffle of {name} differs from reference.layouts.aiter_e8m0_shuffle"
         )
-    act = aiter_adapter.hip_quantize(pad_dim(case.x, -1, aligned.hidden_size).to(torch.bfloat16).cuda())
+    act = aiter_adapter.hip_quantize(pad_dim(case.x, -1, aligned.hidden_size).to(kernel_device(), torch.bfloat16))
     fed = mxfp4_dequantize(Quantized(act.packed, act.scales))[:, : s.hidden]
 
     def requantize(a: torch.Tensor) -> torch.Tensor:

@@ -10,6 +10,10 @@ class LibraryUnavailable(RuntimeError):
     """
 
 
+class VersionGate(LibraryUnavailable):
+    """The installed library predates an API a property needs; the message names the version that has it."""
+
+
 class UnsupportedConfig(Exception):
     """A policy refuses a configuration (for example vLLM's NotImplementedError for gated CUTLASS)."""
 

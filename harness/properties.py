@@ -31,6 +31,7 @@ import enum
 import inspect
 import sys
 from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass
 from typing import Any, TypeVar
 
 import pytest
@@ -49,6 +50,19 @@ class _AllBackends(enum.Enum):
 
 ALL_BACKENDS = _AllBackends.ALL
 """``backends=ALL_BACKENDS``: run on every backend of the check's contract (``--backend`` filters)."""
+
+
+@dataclass(frozen=True)
+class PropertySpec:
+    """How a generated test runs its check (the arguments of :func:`property_test`, marks by name)."""
+
+    pins: tuple[Any, ...]
+    examples: tuple[Any, ...]
+    strategy: SearchStrategy[Any]
+    backends: Sequence[enum.Enum] | _AllBackends | None
+    kernel: bool
+    kernel_backends: bool | None
+    marks: tuple[str, ...]
 
 
 def record_event(text: str) -> None:
@@ -203,8 +217,12 @@ def _register(
     test.__module__ = namespace.get("__name__", fn.__module__)
     test.__doc__ = fn.__doc__
     test.__fp4_property__ = fn  # type: ignore[attr-defined]  # the check it runs (read by the bench)
+    pins, examples = tuple(pins), tuple(examples)
+    test.__fp4_spec__ = PropertySpec(  # type: ignore[attr-defined]  # read by harness.preflight
+        pins, examples, strategy, backends, kernel, kernel_backends, tuple(m.mark.name for m in marks)
+    )
     decorated: Any = pinned_examples(argname, pins)(test)
-    for config in reversed(list(examples)):
+    for config in reversed(examples):
         decorated = example(**{argname: config})(decorated)
     decorated = given(**{argname: strategy})(decorated)
     if settings is not None:

@@ -23,7 +23,7 @@ from hypothesis import example, given
 from hypothesis import strategies as st
 
 from adapters import aiter_triton as at
-from adapters.aiter import AiterApiMismatch, AiterUnavailable, require_parameters
+from adapters.aiter import AiterApiMismatch, AiterUnavailable, gemm_a4w4_api, require_parameters
 from reference.formats import (
     E2M1_MAGNITUDES,
     Ue8m0Byte0,
@@ -110,14 +110,20 @@ def test_f32_to_mxfp4(values: list[float]) -> None:
     assert torch.equal(at.f32_to_mxfp4(x), pack_fp4(e2m1_encode(x)))
 
 
-def test_gfx950_api_mismatch_is_a_clear_failure() -> None:
-    """The gfx950 adapters call ROCm/aiter main's ``gemm_a4w4``; amd-aiter 0.1.7's signature (a
-    preallocated ``out``, no ``dtype``; ``aiter/ops/gemm_op_a4w4.py`` of the wheel) is refused by name."""
+def test_gfx950_gemm_a4w4_api_is_detected() -> None:
+    """The ASM GEMM adapter calls ``gemm_a4w4`` in the API the installed AITER has: ROCm/aiter main's (``dtype``,
+    returning its output; what vLLM 0.33.0 calls) or amd-aiter 0.1.7's (a preallocated ``out``; ``aiter/ops/
+    gemm_op_a4w4.py`` of the wheel); a signature matching neither is refused by name."""
 
     def gemm_a4w4_0_1_7(A, B, A_scale, B_scale, out, bias=None, alpha=1.0, beta=0.0, bpreshuffle=True): ...
 
     def gemm_a4w4_main(A, B, A_scale, B_scale, bias=None, dtype=None, alpha=1.0, beta=0.0, bpreshuffle=True): ...
 
-    require_parameters(gemm_a4w4_main, "gemm_a4w4", ("dtype", "bpreshuffle"), ("out",))
-    with pytest.raises(AiterApiMismatch, match=r"lacks \['dtype'\] / has \['out'\]"):
-        require_parameters(gemm_a4w4_0_1_7, "gemm_a4w4", ("dtype", "bpreshuffle"), ("out",))
+    def gemm_a4w4_other(A, B, A_scale, B_scale, bias=None): ...
+
+    assert gemm_a4w4_api(gemm_a4w4_main) == "ROCm/aiter main"
+    assert gemm_a4w4_api(gemm_a4w4_0_1_7) == "amd-aiter 0.1.7"
+    with pytest.raises(AiterApiMismatch, match="matches none of the known APIs"):
+        gemm_a4w4_api(gemm_a4w4_other)
+    with pytest.raises(AiterApiMismatch, match=r"lacks \['hidden_pad'\]"):
+        require_parameters(gemm_a4w4_other, "fused_moe", ("hidden_pad",))

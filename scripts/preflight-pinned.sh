@@ -1,0 +1,22 @@
+#!/usr/bin/env bash
+# Preflight against the FlashInfer that vLLM 0.33.0 pins (flashinfer-python 0.7.2.post1), on CPU.
+#   Builds a venv (default /tmp/pf-fi072) with torch 2.13.0 CPU as scripts/install-cpu.sh installs it,
+#   this checkout editable, flashinfer-python 0.7.2.post1 and amd-aiter 0.1.7.post2.dev18 without their
+#   GPU dependencies, then runs `python -m harness.preflight` for every hardware target.
+#   An existing venv is reused (only the pinned packages are re-checked).
+# usage: scripts/preflight-pinned.sh [VENV_DIR]
+set -euo pipefail
+cd "$(dirname "$0")/.."
+venv="${1:-/tmp/pf-fi072}"
+[ -x "$venv/bin/python" ] || python3 -m venv "$venv"
+pip=("$venv/bin/python" -m pip install -q --disable-pip-version-check)
+"${pip[@]}" "torch==2.13.0" || "${pip[@]}" "torch==2.13.0" --index-url https://download.pytorch.org/whl/cpu
+"${pip[@]}" -e .
+"${pip[@]}" --no-deps "flashinfer-python==0.7.2.post1" "apache-tvm-ffi>=0.1.11,<0.2"
+"${pip[@]}" numpy einops packaging requests tabulate tqdm click ninja nvidia-ml-py
+"${pip[@]}" --no-deps "amd-aiter==0.1.7.post2.dev18" "triton==3.6.0"
+status=0
+for hw in sm100 sm90 gfx950; do
+  "$venv/bin/python" -m harness.preflight --hardware "$hw" || status=1
+done
+exit "$status"
