@@ -115,7 +115,9 @@ def main() -> int:
     print(f"{datetime.datetime.now(datetime.timezone.utc):%Y-%m-%d %H:%M} UTC; {versions()}; CPU")
     print(f"DeepSeek-V4.1-Flash FP4 experts (H {HIDDEN}, I {INTERMEDIATE}), flashinfer_mxfp4 on SM100, plain TP{TP}:")
     groups = INTERMEDIATE // GROUP
-    w2 = torch.randint(-128, 128, (HIDDEN, INTERMEDIATE // 2), dtype=torch.int8, generator=torch.Generator().manual_seed(0))
+    w2 = torch.randint(
+        -128, 128, (HIDDEN, INTERMEDIATE // 2), dtype=torch.int8, generator=torch.Generator().manual_seed(0)
+    )
     # E8M0 exponent byte 100 + g for group g: a distinct power of two per group
     exponents = (torch.arange(groups, dtype=torch.uint8) + 100).expand(HIDDEN, groups).contiguous()
     w2_scale = exponents.view(torch.float8_e8m0fnu)
@@ -147,6 +149,6 @@ def main() -> int:
 if __name__ == "__main__":
     try:
         sys.exit(main())
-    except Exception:
+    except Exception:  # noqa: BLE001  # anything but the defect: the script broke
         traceback.print_exc()
         sys.exit(2)

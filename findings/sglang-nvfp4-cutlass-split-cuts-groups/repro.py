@@ -70,14 +70,6 @@ def versions() -> str:
     return f"sglang {sglang.__version__}, torch {torch.__version__}, flashinfer {fi_version}"
 
 
-def versions() -> str:
-    import sglang
-
-    fi = importlib.util.find_spec("flashinfer")
-    fi_version = __import__("flashinfer").__version__ if fi else "absent"
-    return f"sglang {sglang.__version__}, torch {torch.__version__}, flashinfer {fi_version}"
-
-
 def load_rank(rank: int, w13: torch.Tensor, w2: torch.Tensor, w2_scale: torch.Tensor) -> tuple[torch.Tensor, int]:
     """Rank ``rank``'s FC2 scale buffer ``[H, cols]`` (bytes) after SGLang's loader, and its channel count."""
     from sglang.srt.layers.moe.fused_moe_triton.layer import FusedMoE
@@ -152,6 +144,6 @@ def main() -> int:
 if __name__ == "__main__":
     try:
         sys.exit(main())
-    except Exception:
+    except Exception:  # noqa: BLE001  # anything but the defect: the script broke
         traceback.print_exc()
         sys.exit(2)

@@ -70,6 +70,6 @@ def main() -> int:
 if __name__ == "__main__":
     try:
         sys.exit(main())
-    except Exception:
+    except Exception:  # noqa: BLE001  # anything but the defect: the script broke
         traceback.print_exc()
         sys.exit(2)
