@@ -90,3 +90,18 @@ def test_the_repository_findings_are_well_formed() -> None:
         for name in (hf.SCRIPT, hf.OUTPUT, "report.md"):
             assert (finding.folder / name).is_file(), f"{finding.name} has no {name}"
         assert "still reproduces" in (finding.folder / hf.OUTPUT).read_text().splitlines()[0]
+
+
+def test_docs_reach_counts_match_the_ledgers() -> None:
+    """docs/findings.md's reach table counts each engine subject's ledger: entries, defects (distinct reasons) and
+    defects per reach."""
+    from subjects.registry import ReachKind, named_subjects
+
+    text = (Path(__file__).resolve().parents[1] / "docs" / "findings.md").read_text()
+    for name in ("vllm", "sglang", "sglang-deepseek-v4"):
+        entries = named_subjects()[name].known_failures
+        defects = {(k.reason, k.link): k.reach.kind for k in entries}
+        per_reach = [sum(kind is r for kind in defects.values()) for r in ReachKind]
+        row = next(line for line in text.splitlines() if line.startswith(f"| `{name}` ("))
+        cells = [c.strip() for c in row.strip("|").split("|")][1:]
+        assert cells == [str(n) for n in (len(entries), len(defects), *per_reach)], f"docs/findings.md row {name}"

@@ -17,16 +17,18 @@ import datetime
 import importlib.abc
 import importlib.machinery
 import importlib.util
+import os
 import sys
 import traceback
 import types
+import warnings
 from unittest import mock
 
 import torch
 
 PREFIX = "model.layers.0.mlp.experts"
 MODELS = {  # routed-expert sizes (hidden, intermediate) and the TP degrees whose I/tp is not a multiple of 128
-    "DeepSeek-V4.1-Flash": (4096, 2304, (4, 8)),
+    "DeepSeek-V4.1-Flash": (5120, 2304, (4, 8)),
     "DeepSeek-V4-Pro": (7168, 3072, (16,)),
 }
 PLATFORMS = {
@@ -109,6 +111,8 @@ def build_rank0(platform: dict, hidden: int, intermediate: int, tp: int) -> None
 
 
 def main() -> int:
+    os.environ.pop("SGLANG_USE_CPU_ENGINE", None)  # SGLang's GPU code paths: is_cpu() is False on a GPU host
+    warnings.filterwarnings("ignore", message="Only CUDA")  # AWQ / GGUF import notices on a host without CUDA
     if importlib.util.find_spec("torchvision") is None:
         sys.meta_path.append(_Torchvision())
     print(f"{datetime.datetime.now(datetime.timezone.utc):%Y-%m-%d %H:%M} UTC; {versions()}; CPU")

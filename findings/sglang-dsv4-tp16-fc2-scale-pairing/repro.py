@@ -10,7 +10,7 @@ group `4 r + j // 32` instead of its own `(144 r + j) // 32`, and groups 64..71 
 Runs on CPU against an installed SGLang: a real `FusedMoE` (`Fp8Config` with FP4 experts, as SGLang's loader sets
 it for DeepSeek-V4 checkpoints) is built under SGLang's own test hooks as each rank of TP16 on an SM100 GPU with
 `flashinfer_mxfp4` (what `model_overrides/deepseek_v4.py` picks there by default) and `FusedMoE.weight_loader`
-reads one expert's FC2 with DeepSeek-V4.1-Flash's sizes (hidden 4096, intermediate 2304) and a distinct E8M0 scale
+reads one expert's FC2 with DeepSeek-V4.1-Flash's sizes (hidden 5120, intermediate 2304) and a distinct E8M0 scale
 per group; the script compares, per channel, the scale the rank holds with the checkpoint's.
 
 Exit status: 1 = the defect reproduces (the wrong pairings are printed), 0 = every channel keeps its own scale,
@@ -21,13 +21,15 @@ import datetime
 import importlib.abc
 import importlib.machinery
 import importlib.util
+import os
 import sys
 import traceback
 import types
+import warnings
 
 import torch
 
-HIDDEN, INTERMEDIATE, GROUP, TP = 4096, 2304, 32, 16  # DeepSeek-V4.1-Flash routed experts, plain TP16
+HIDDEN, INTERMEDIATE, GROUP, TP = 5120, 2304, 32, 16  # DeepSeek-V4.1-Flash routed experts, plain TP16
 PREFIX = "model.layers.0.mlp.experts"
 SM100 = {"is_sm100": True, "is_blackwell": True, "is_sm90": False, "is_sm120": False}
 DSV4_QUANT_CONFIG = {
@@ -110,6 +112,8 @@ def load_rank(rank: int, w2: torch.Tensor, w2_scale: torch.Tensor) -> tuple[torc
 
 
 def main() -> int:
+    os.environ.pop("SGLANG_USE_CPU_ENGINE", None)  # SGLang's GPU code paths: is_cpu() is False on a GPU host
+    warnings.filterwarnings("ignore", message="Only CUDA")  # AWQ / GGUF import notices on a host without CUDA
     if importlib.util.find_spec("torchvision") is None:
         sys.meta_path.append(_Torchvision())
     print(f"{datetime.datetime.now(datetime.timezone.utc):%Y-%m-%d %H:%M} UTC; {versions()}; CPU")

@@ -18,9 +18,11 @@ import datetime
 import importlib.abc
 import importlib.machinery
 import importlib.util
+import os
 import sys
 import traceback
 import types
+import warnings
 from unittest import mock
 
 import torch
@@ -122,6 +124,8 @@ def load_rank0(platform: dict, tp: int) -> None:
 
 
 def main() -> int:
+    os.environ.pop("SGLANG_USE_CPU_ENGINE", None)  # SGLang's GPU code paths: is_cpu() is False on a GPU host
+    warnings.filterwarnings("ignore", message="Only CUDA")  # AWQ / GGUF import notices on a host without CUDA
     if importlib.util.find_spec("torchvision") is None:
         sys.meta_path.append(_Torchvision())
     print(f"{datetime.datetime.now(datetime.timezone.utc):%Y-%m-%d %H:%M} UTC; {versions()}; CPU")

@@ -24,9 +24,11 @@ import importlib.abc
 import importlib.machinery
 import importlib.util
 import math
+import os
 import sys
 import traceback
 import types
+import warnings
 from unittest import mock
 
 import torch
@@ -121,6 +123,8 @@ def round_up(x: int, m: int) -> int:
 
 
 def main() -> int:
+    os.environ.pop("SGLANG_USE_CPU_ENGINE", None)  # SGLang's GPU code paths: is_cpu() is False on a GPU host
+    warnings.filterwarnings("ignore", message="Only CUDA")  # AWQ / GGUF import notices on a host without CUDA
     if importlib.util.find_spec("torchvision") is None:
         sys.meta_path.append(_Torchvision())
     print(f"{datetime.datetime.now(datetime.timezone.utc):%Y-%m-%d %H:%M} UTC; {versions()}; CPU")

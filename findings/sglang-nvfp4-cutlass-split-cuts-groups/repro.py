@@ -20,9 +20,11 @@ import datetime
 import importlib.abc
 import importlib.machinery
 import importlib.util
+import os
 import sys
 import traceback
 import types
+import warnings
 
 import torch
 
@@ -108,6 +110,8 @@ def load_rank(rank: int, w13: torch.Tensor, w2: torch.Tensor, w2_scale: torch.Te
 
 
 def main() -> int:
+    os.environ.pop("SGLANG_USE_CPU_ENGINE", None)  # SGLang's GPU code paths: is_cpu() is False on a GPU host
+    warnings.filterwarnings("ignore", message="Only CUDA")  # AWQ / GGUF import notices on a host without CUDA
     if importlib.util.find_spec("torchvision") is None:
         sys.meta_path.append(_Torchvision())
     print(f"{datetime.datetime.now(datetime.timezone.utc):%Y-%m-%d %H:%M} UTC; {versions()}; CPU")

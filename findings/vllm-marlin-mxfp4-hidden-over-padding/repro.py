@@ -2,8 +2,8 @@
 
 `mxfp4_round_up_hidden_size_and_intermediate_size` (`fused_moe/oracle/mxfp4.py`) rounds the hidden size to 256 for
 `MARLIN` / `BATCHED_MARLIN` on every platform but XPU (where it rounds to 128, for the same Marlin kernel): gpt-oss's
-2880 becomes 3072 where 2944 is enough (Marlin's layer check, `check_moe_marlin_supports_layer`, asks for
-`hidden % 128 == 0`). The intermediate rounding to 128 instead of 64 is vLLM PR #56697's subject and is only printed
+2880 becomes 3072 where 2944 is enough (Marlin's shape rule in `quantization/utils/marlin_utils.py`,
+`(n % 64, k % 128) or (n % 128, k % 64)`, is met by `H % 128` and `I % 64` for both MoE GEMMs). The intermediate rounding to 128 instead of 64 is vLLM PR #56697's subject and is only printed
 here.
 
 Runs on CPU against an installed vLLM: vLLM's own rounding function for `Mxfp4MoeBackend.MARLIN` with gpt-oss's
