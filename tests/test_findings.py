@@ -105,3 +105,16 @@ def test_docs_reach_counts_match_the_ledgers() -> None:
         row = next(line for line in text.splitlines() if line.startswith(f"| `{name}` ("))
         cells = [c.strip() for c in row.strip("|").split("|")][1:]
         assert cells == [str(n) for n in (len(entries), len(defects), *per_reach)], f"docs/findings.md row {name}"
+
+
+def test_expected_failures_are_counted_per_reach() -> None:
+    """The summary and the merged report list expected failures by reach, default-path ones first, so a latent
+    defect never reads like a default-path crash."""
+    from collections import Counter
+
+    from harness.report import expected_rows, reach_totals
+
+    expected = {"latent": Counter({"https://b": 5}), "default path": Counter({"https://a": 2, "https://c": 1})}
+    assert expected_rows(expected) == [("default path", "https://a", 2), ("default path", "https://c", 1),
+                                       ("latent", "https://b", 5)]  # fmt: skip
+    assert reach_totals(expected) == "3 default path, 5 latent"
