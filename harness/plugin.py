@@ -55,6 +55,7 @@ from hypothesis import settings
 
 from harness import database, devices, hardware, profiles, progress, records, repro, runner, shard
 from harness.inputs import guard_inputs
+from harness.report import expected_rows, reach_totals
 from strategies.catalog import MODELS, TP_DEGREES
 from strategies.pins import Pin, set_pin
 from strategies.presence import absent_layers, pinned_layers
@@ -692,8 +693,11 @@ def pytest_terminal_summary(terminalreporter, exitstatus: int, config: pytest.Co
             tr.write_line(
                 f"worker {d['worker']}: CUDA_VISIBLE_DEVICES={d['CUDA_VISIBLE_DEVICES']} {d['name']} {d['uuid']}"
             )
-    expected: Counter = Counter()
+    expected: dict[str, Counter] = {}
     for path in results.glob("expected-*.json"):
-        expected.update(json.loads(path.read_text()))
-    for link, n in sorted(expected.items()):
-        tr.write_line(f"expected failures (known upstream bug {link}): {n} examples")
+        for reach, by_link in json.loads(path.read_text()).items():
+            expected.setdefault(reach, Counter()).update(by_link)
+    if expected:
+        tr.write_line(f"expected failures by reach (examples): {reach_totals(expected)}")
+    for reach, link, n in expected_rows(expected):
+        tr.write_line(f"expected failures (known upstream bug {link}): {n} examples [{reach}]")

@@ -56,6 +56,7 @@ from pathlib import Path
 from typing import Any
 
 from harness import records, shard
+from subjects.registry import ReachKind
 
 OUTCOMES = ("passed", "failed", "skipped", "xfailed", "xpassed")
 RED_OUTCOMES = ("failed", "xpassed")
@@ -116,7 +117,8 @@ class Report:
     skip_reasons: dict[tuple[str, str, str], Counter] = field(default_factory=dict)
     failures: list[Failure] = field(default_factory=list)
     fixed: list[Failure] = field(default_factory=list)
-    expected: Counter = field(default_factory=Counter)
+    expected: dict[str, Counter] = field(default_factory=dict)
+    """Expected-failure examples by the ledger entry's reach (``ReachKind`` value), then upstream link."""
     runs: list[dict[str, Any]] = field(default_factory=list)
     devices: list[dict[str, Any]] = field(default_factory=list)
     problems: list[str] = field(default_factory=list)
@@ -138,6 +140,25 @@ class Report:
         if self.fixed:
             reasons.append(f"{len(self.fixed)} fixed-bug alert(s)")
         return reasons
+
+
+def expected_rows(expected: dict[str, Counter]) -> list[tuple[str, str, int]]:
+    """``(reach, link, examples)`` for expected failures keyed by reach then link: default-path reaches first
+    (:class:`subjects.registry.ReachKind` order; a reach it does not know last), then by link."""
+    order = {kind.value: i for i, kind in enumerate(ReachKind)}
+    return [
+        (reach, link, n)
+        for reach in sorted(expected, key=lambda r: (order.get(r, len(order)), r))
+        for link, n in sorted(expected[reach].items())
+    ]
+
+
+def reach_totals(expected: dict[str, Counter]) -> str:
+    """``"12 default path, 3 latent"``: the examples of each reach, in :func:`expected_rows`' order."""
+    totals: Counter = Counter()
+    for reach, _, n in expected_rows(expected):
+        totals[reach] += n
+    return ", ".join(f"{n} {reach}" for reach, n in totals.items())
 
 
 def _line(text: str, prefix: str) -> str | None:
@@ -315,7 +336,8 @@ def _merge_folder(folder: Path, report: Report) -> None:
     for path in sorted(folder.glob("expected-*.json")):
         expected = _load(path, report)
         if isinstance(expected, dict):
-            report.expected.update(expected)
+            for reach, by_link in expected.items():
+                report.expected.setdefault(reach, Counter()).update(by_link)
     _merge_junit(folder, run, complete, failed, report)
 
 
@@ -417,7 +439,9 @@ def to_markdown(report: Report) -> str:
                 if f.reproduce:
                     out.append(f"    - reproduce: {_md_code(f.reproduce)}")
     out += ["", "## Expected failures (known upstream bugs)", ""]
-    out += [f"- {_md_escape(link)}: {n} examples" for link, n in sorted(report.expected.items())] or ["none"]
+    out += [f"- {_md_escape(link)}: {n} examples ({reach})" for reach, link, n in expected_rows(report.expected)] or [
+        "none"
+    ]
     out += ["", "## Hosts and devices", ""]
     for run in report.runs:
         versions = ", ".join(f"{k} {v}" for k, v in run.get("versions", {}).items())
@@ -474,7 +498,9 @@ def to_html(report: Report) -> str:
         f"<p>{len(report.runs)} shard(s): "
         + ", ".join(f"{total.get(k, 0)} {k}" for k in OUTCOMES)
         + f". {len(report.failures)} failing test(s), {len(report.fixed)} fixed-bug alert(s), "
-        f"{sum(report.expected.values())} expected failure example(s).</p>",
+        f"{sum(n for *_, n in expected_rows(report.expected))} expected failure example(s)"
+        + (f" ({reach_totals(report.expected)})" if report.expected else "")
+        + ".</p>",
         "<h2>Contract × backend × hardware</h2><table><tr><th>contract</th><th>backend</th><th>hardware</th>",
         *(f"<th>{k}</th>" for k in OUTCOMES),
         "<th>skip reasons</th></tr>",
@@ -514,11 +540,11 @@ def to_html(report: Report) -> str:
         parts.append("</ul>")
     parts.append("<h2>Expected failures (known upstream bugs)</h2>")
     if report.expected:
-        parts.append("<table><tr><th>upstream bug</th><th>examples</th></tr>")
-        for link, n in sorted(report.expected.items()):
+        parts.append("<table><tr><th>reach</th><th>upstream bug</th><th>examples</th></tr>")
+        for reach, link, n in expected_rows(report.expected):
             target = link if link.startswith("http") else None
             label = f"<a href='{e(target)}'>{e(link)}</a>" if target else e(link)
-            parts.append(f"<tr><td>{label}</td><td class=n>{n}</td></tr>")
+            parts.append(f"<tr><td>{e(reach)}</td><td>{label}</td><td class=n>{n}</td></tr>")
         parts.append("</table>")
     else:
         parts.append("<p>none</p>")
@@ -563,7 +589,7 @@ def write(report: Report, out: Path) -> tuple[Path, Path]:
         ],
         "failures": [asdict(f) for f in report.failures],
         "fixed": [asdict(f) for f in report.fixed],
-        "expected": dict(report.expected),
+        "expected": {reach: dict(by_link) for reach, by_link in report.expected.items()},
         "runs": report.runs,
         "devices": report.devices,
         "problems": report.problems,

@@ -84,7 +84,8 @@ class RunState:
     nodeid: str = ""
     last_failure: dict[str, Reproduction] = field(default_factory=dict)
     stats: dict[str, NodeStats] = field(default_factory=dict)
-    expected_failures: dict[str, int] = field(default_factory=dict)
+    expected_failures: dict[str, dict[str, int]] = field(default_factory=dict)
+    """Expected-failure examples by the entry's reach (``ReachKind`` value), then upstream link."""
 
     @property
     def inflight_dir(self) -> Path | None:
@@ -197,7 +198,8 @@ def _expect_failure(
                         f"that one fails with {k.describe()}"
                     )
             raise
-        state.expected_failures[bug.link] = state.expected_failures.get(bug.link, 0) + 1
+        by_link = state.expected_failures.setdefault(bug.reach.kind.value, {})
+        by_link[bug.link] = by_link.get(bug.link, 0) + 1
         if currently_in_test_context():
             event(f"expected failure: {bug.link}")
         return

@@ -20,7 +20,7 @@ import enum
 import importlib
 import re
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import KW_ONLY, dataclass, field
 from typing import Any
 
 from subjects.ledger import check_entry, raised_from
@@ -39,6 +39,58 @@ _CONTRACT_MODULES = (
 
 class SubjectError(ValueError):
     """A subject name or import path cannot be resolved."""
+
+
+class ReachKind(enum.Enum):
+    """How a deployment meets a ledger entry's defect (:class:`Reach`)."""
+
+    DEFAULT = "default path"
+    """With the engine's default flags: a shipped model on the named hardware selects the path itself."""
+    FLAG = "flag only"
+    """Only behind a flag that is not the default for any shipped model on the named hardware."""
+    LATENT = "latent"
+    """No shipped model and flag combination reaches it (yet): the code is wrong, no deployment meets it."""
+
+
+@dataclass(frozen=True)
+class Reach:
+    """Whether a ledger entry's defect is met in practice: ``kind`` and ``detail``, which names the model and
+    configuration (:meth:`default`), the flag (:meth:`flag`) or why nothing reaches it (:meth:`latent`), checked
+    against the engine's selection code at its pinned version."""
+
+    kind: ReachKind
+    detail: str
+
+    def __post_init__(self) -> None:
+        if not self.detail.strip():
+            raise ValueError(f"a {self.kind.value} reach names its configuration, flag or reason")
+
+    @classmethod
+    def default(cls, where: str) -> Reach:
+        """Reached with default flags: ``where`` names the model(s) and configuration."""
+        return cls(ReachKind.DEFAULT, where)
+
+    @classmethod
+    def flag(cls, flag: str) -> Reach:
+        """Reached only behind ``flag`` (the command-line flag or environment variable, and for which models)."""
+        return cls(ReachKind.FLAG, flag)
+
+    @classmethod
+    def latent(cls, why: str) -> Reach:
+        """Reached by no shipped model and flag combination, for the reason ``why``."""
+        return cls(ReachKind.LATENT, why)
+
+    def describe(self) -> str:
+        return f"{self.kind.value}: {self.detail}"
+
+
+class Hardware(enum.Enum):
+    """The GPU families a ledger entry's path runs on."""
+
+    SM90 = "SM90"
+    SM100 = "SM100"
+    SM120 = "SM120"
+    GFX950 = "gfx950"
 
 
 @dataclass(frozen=True)
@@ -70,9 +122,16 @@ class KnownFailure:
     backend: str | None = None
     check: str | None = None
     raised_in: tuple[str, ...] = ()
+    _: KW_ONLY
+    reach: Reach
+    hardware: tuple[Hardware, ...]
 
     def __post_init__(self) -> None:
         check_entry(self.raises, self.match, self.raised_in)
+        if not isinstance(self.reach, Reach):
+            raise TypeError(f"reach must be a Reach, not {self.reach!r}")
+        if not self.hardware or not all(isinstance(h, Hardware) for h in self.hardware):
+            raise TypeError(f"hardware must be a non-empty tuple of Hardware members, not {self.hardware!r}")
 
     def matches(self, contract: str, check: str, backend: str | None, config: Any) -> bool:
         """Whether a check run is where this bug applies (before it runs)."""

@@ -25,7 +25,7 @@ from contracts.errors import GuardViolation
 from harness.inputs import InputModified
 from harness.runner import RunState, run_check
 from subjects.ledger import PLACEHOLDER, SUITE, LedgerError, frames, generic_messages
-from subjects.registry import KnownFailure
+from subjects.registry import Hardware, KnownFailure, Reach
 
 SIZE = r"The size of tensor a \(\d+\) must match the size of tensor b \(\d+\)"
 LOADER = "engine.layers.moe:FusedMoE.load_w13"
@@ -37,7 +37,10 @@ class FusedMoE:
 
 
 def entry(match: str, raises: Any = RuntimeError, raised_in: tuple[str, ...] = ()) -> KnownFailure:
-    return KnownFailure("c", "r", "https://x", lambda _: True, raises=raises, match=match, raised_in=raised_in)
+    return KnownFailure(
+        "c", "r", "https://x", lambda _: True, raises=raises, match=match, raised_in=raised_in,
+        reach=Reach.latent("a test entry"), hardware=(Hardware.SM100,),
+    )  # fmt: skip
 
 
 def upstream_loader() -> Any:
@@ -207,7 +210,7 @@ def test_guard_violation_is_never_absorbed() -> None:
     message = "align_moe wrote to its input w13"
     state = RunState(known_failures=(entry(re.escape(message)),))
     run_check(_check(RuntimeError(message)), _Config(), None, None, state=state, nodeid="n")  # the entry's bug
-    assert state.expected_failures == {"https://x": 1}
+    assert state.expected_failures == {"latent": {"https://x": 1}}
     with pytest.raises(GuardedRuntimeError):
         run_check(_check(GuardedRuntimeError(message)), _Config(), None, None, state=state, nodeid="n")
-    assert state.expected_failures == {"https://x": 1}
+    assert state.expected_failures == {"latent": {"https://x": 1}}

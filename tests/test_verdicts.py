@@ -46,14 +46,15 @@ import torch
 
 from adapters.flashinfer import LibraryUnavailable
 from subjects.nvfp4_moe import CONTRACT, BuiltinNvfp4MoeAlignment
-from subjects.registry import KnownFailure, Subject
+from subjects.registry import Hardware, KnownFailure, Reach, Subject
 
 LINK = "https://github.com/example/engine/issues/1"
 
 
 def ledger(**kwargs):
     return (KnownFailure(CONTRACT, "gated CUTLASS refuses odd 2I", LINK, applies=lambda s: s.gated,
-                         backend="flashinfer-cutlass", **kwargs),)
+                         backend="flashinfer-cutlass", reach=Reach.flag("--moe-backend flashinfer_cutlass"),
+                         hardware=(Hardware.SM100,), **kwargs),)
 
 
 class Raising(BuiltinNvfp4MoeAlignment):
@@ -181,14 +182,24 @@ def one_line_usage_error(result: subprocess.CompletedProcess[str], message: str)
 
 
 def test_ledger_entries_describe_their_failure() -> None:
-    from subjects.registry import KnownFailure
+    from subjects.registry import Hardware, KnownFailure, Reach
 
-    entry = KnownFailure("c", "r", "https://x", lambda _: True, raises=ValueError, match=r"M % 128 == 0")
+    where = {"reach": Reach.default("a test entry"), "hardware": (Hardware.SM90,)}
+    entry = KnownFailure("c", "r", "https://x", lambda _: True, raises=ValueError, match=r"M % 128 == 0", **where)
     assert entry.recognises(ValueError("assert M % 128 == 0 failed"))
     assert not entry.recognises(ValueError("something else"))
     assert not entry.recognises(ImportError("assert M % 128 == 0"))
     with pytest.raises(TypeError):
         KnownFailure("c", "r", "https://x", lambda _: True)  # type: ignore[call-arg]  # no description
+    for missing in ("reach", "hardware"):  # both required, by keyword
+        kwargs = {k: v for k, v in where.items() if k != missing}
+        with pytest.raises(TypeError, match=missing):
+            KnownFailure("c", "r", "https://x", lambda _: True, raises=ValueError, match=r"M % 128", **kwargs)
+    with pytest.raises(TypeError, match="non-empty tuple of Hardware"):
+        KnownFailure("c", "r", "https://x", lambda _: True, raises=ValueError, match=r"M % 128",
+                     reach=Reach.latent("a test entry"), hardware=())  # fmt: skip
+    with pytest.raises(ValueError, match="names its configuration"):
+        Reach.latent(" ")
 
 
 @pytest.mark.long(69)

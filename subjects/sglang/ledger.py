@@ -18,7 +18,7 @@ from contracts.mxfp4_linear import CONTRACT as MXFP4_LINEAR
 from reference.sizes import round_up
 from strategies.catalog import CheckpointForm
 from subjects.mxfp4_moe import TRITON_ODD_GROUP_FAILURES
-from subjects.registry import KnownFailure
+from subjects.registry import Hardware, KnownFailure, Reach
 from subjects.sglang.bridge import MXFP4_BACKENDS, NVFP4_BACKENDS, SGLANG_SOURCE
 from subjects.sglang.sharding import MXFP4_BACKEND, NVFP4_BACKEND
 
@@ -135,6 +135,12 @@ SGLANG_KNOWN_FAILURES: tuple[KnownFailure, ...] = (
         raises=AssertionError,
         match=r"The intermediate size required padding, but padding is also implemented for gated activations",
         backend=Nvfp4MoeBackend.FLASHINFER_CUTLASS.value,
+        reach=Reach.flag(
+            "--moe-runner-backend flashinfer_cutlass (Gemma-4-26B-A4B NVFP4 TP2, Step-3.7-Flash TP8); the only "
+            "override that picks flashinfer_cutlass, model_overrides/nemotron_h.py on SM120, is for non-gated "
+            "layers"
+        ),
+        hardware=(Hardware.SM100, Hardware.SM120),
     ),
     KnownFailure(
         NVFP4_MOE,
@@ -148,6 +154,8 @@ SGLANG_KNOWN_FAILURES: tuple[KnownFailure, ...] = (
         raises=ValueError,
         match=r"Expected split dim divisible by group_size=64",
         backend=Nvfp4MoeBackend.FLASHINFER_CUTEDSL.value,
+        reach=Reach.flag("--moe-runner-backend flashinfer_cutedsl (Gemma-4-26B-A4B NVFP4 TP4: 176)"),
+        hardware=(Hardware.SM100,),
     ),
     KnownFailure(
         NVFP4_MOE,
@@ -161,20 +169,28 @@ SGLANG_KNOWN_FAILURES: tuple[KnownFailure, ...] = (
         match=r"hidden size \d+ is not a multiple of 256",
         backend=Nvfp4MoeBackend.FLASHINFER_CUTEDSL.value,
         check="check_flashinfer_accepts",
+        reach=Reach.flag("--moe-runner-backend flashinfer_cutedsl with H % 256 != 0 (Nemotron-3-Nano: 2688)"),
+        hardware=(Hardware.SM100,),
     ),
     *(
         KnownFailure(
             NVFP4_MOE,
             "flashinfer_trtllm: align_fp4_moe_weights_for_flashinfer_trtllm pads the hidden size only to "
-            "trtllm_nvfp4_hidden_alignment (1, or 512 for per-token non-gated), so H % 128 != 0 (gpt-oss "
-            "H = 2880) reaches FlashInfer's FC2 shuffle, which asks callers to zero-pad hidden_size to 128; "
-            "found by this suite, not reported upstream",
+            "trtllm_nvfp4_hidden_alignment (1, or 512 for per-token non-gated), so H % 128 != 0 reaches "
+            "FlashInfer's FC2 shuffle, which asks callers to zero-pad hidden_size to 128 (no NVFP4 MoE checkpoint "
+            "this method serves has such H; gpt-oss's 2880 is MXFP4, loaded by Mxfp4MoEMethod); found by this "
+            "suite, not reported upstream",
             f"{SGLANG_SOURCE}/layers/moe/moe_runner/flashinfer_trtllm.py",
             applies=_hidden_left_unpadded(backend, _hidden_not_128),
             raises=AssertionError,
             match=r"rejected FC2 scales with \d+ rows: input_tensor\.shape\[0\]=\d+ must be a multiple of 128",
             backend=backend.value,
             check=check,
+            reach=Reach.latent(
+                "no NVFP4 MoE checkpoint ModelOptNvFp4FusedMoEMethod serves has H % 128 != 0 (Nemotron-3-Nano 2688, "
+                "Gemma-4-26B-A4B 2816); gpt-oss (2880) is MXFP4, loaded by Mxfp4MoEMethod"
+            ),
+            hardware=(Hardware.SM100,),
         )
         for check in ("check_flashinfer_accepts", "check_prepare_round_trip")
         for backend in TRTLLM_NVFP4
@@ -192,6 +208,10 @@ SGLANG_KNOWN_FAILURES: tuple[KnownFailure, ...] = (
             match=r"hidden size \d+ is not a multiple of 256 \(FlashInfer 0\.7\.4: 128 gives wrong results\)",
             backend=backend.value,
             check="check_flashinfer_accepts",
+            reach=Reach.default(
+                "Nemotron-3-Nano NVFP4 (H 2688) on SM100, where model_overrides/nemotron_h.py picks flashinfer_trtllm"
+            ),
+            hardware=(Hardware.SM100,),
         )
         for backend in TRTLLM_NVFP4
     ),
@@ -210,20 +230,31 @@ SGLANG_KNOWN_FAILURES: tuple[KnownFailure, ...] = (
             raises=AssertionError,
             match=r"guard falls back to Triton for scale \(\d+, \d+\)",
             check=check,
+            reach=Reach.flag(
+                "SGLANG_USE_AITER=1 (off by default) with Quark OCP-MX W4A4 MXFP4 linear layers of N <= 128"
+            ),
+            hardware=(Hardware.GFX950,),
         )
         for check in ("check_asm_guard_truth_table", "check_asm_taken_where_supported")
     ),
     KnownFailure(
         MXFP4_MOE,
-        "flashinfer_mxfp4 on SM90 (CUTLASS mixed GEMM, K % 128): FusedMoE.__init__ rounds the hidden size to 256 "
-        "for every flashinfer_mxfp4 layer, the SM100 trtllm-gen rule (gpt-oss 2880 -> 3072, not 2944; "
-        "Mxfp4MoEMethod's comment notes it); found by this suite, not reported upstream",
+        "flashinfer_mxfp4 on SM90 and SM120 (CUTLASS mixed GEMM, K % 128): FusedMoE.__init__ rounds the hidden "
+        "size to 256 for every flashinfer_mxfp4 layer, the SM100 trtllm-gen rule (gpt-oss 2880 -> 3072, not 2944; "
+        "Mxfp4MoEMethod's comment notes it); gpt-oss's default on SM120 since PR #32668; found by this suite, not "
+        "reported upstream",
         f"{SGLANG_SOURCE}/layers/moe/fused_moe_triton/layer.py",
         applies=_hidden_256_over_128,
         raises=AssertionError,
         match=r"over-padding: H \d+ was padded to \d+, but \d+ is accepted",
         backend=Mxfp4MoeBackend.FLASHINFER_CUTLASS_SM90.value,
         check="check_minimal_and_idempotent",
+        reach=Reach.default(
+            "gpt-oss on SM120, where model_overrides/gpt_oss.py picks flashinfer_mxfp4 and FusedMoE.__init__ "
+            "rounds H 2880 -> 3072 (+2.58 GiB per GPU for gpt-oss-120b at TP1, findings/sglang-mxfp4-over-"
+            "padding); SM90 behind --moe-runner-backend flashinfer_mxfp4"
+        ),
+        hardware=(Hardware.SM90, Hardware.SM120),
     ),
     KnownFailure(
         MXFP4_MOE,
@@ -237,6 +268,11 @@ SGLANG_KNOWN_FAILURES: tuple[KnownFailure, ...] = (
         match=r"over-padding: [IH] \d+ was padded to \d+, but \d+ is accepted",
         backend=Mxfp4MoeBackend.MARLIN.value,
         check="check_minimal_and_idempotent",
+        reach=Reach.flag(
+            "--moe-runner-backend marlin with gpt-oss or a stacked MXFP4 checkpoint (no model override picks "
+            "marlin for Mxfp4MoEMethod)"
+        ),
+        hardware=(Hardware.SM90, Hardware.SM100, Hardware.SM120),
     ),
     *(
         KnownFailure(
@@ -252,6 +288,10 @@ SGLANG_KNOWN_FAILURES: tuple[KnownFailure, ...] = (
             match=r"The size of tensor a \(\d+\) must match the size of tensor b \(\d+\)",
             backend=backend.value,
             raised_in=FUSED_MOE_LOADERS,
+            reach=Reach.latent(
+                "no SGLang model with stacked MXFP4 experts has H % 256 != 0 (Kimi-K3 7168, MiniMax-M3 3072)"
+            ),
+            hardware=(Hardware.SM90, Hardware.SM100, Hardware.SM120, Hardware.GFX950),
         )
         for backend in HIDDEN_256_BACKENDS
     ),
@@ -268,6 +308,12 @@ SGLANG_KNOWN_FAILURES: tuple[KnownFailure, ...] = (
         match=r"DeepGEMM quantizes activations in 128-element groups",
         backend=Mxfp4MoeBackend.VLLM_CUTLASS.value,
         check="check_backend_accepts",
+        reach=Reach.flag(
+            "--moe-runner-backend deep_gemm with an MXFP4 checkpoint whose H or I/tp is not a multiple of 128 "
+            "(model_overrides/minimax_m3.py picks deep_gemm for its MXFP8 and NVFP4 checkpoints, not "
+            "Mxfp4MoEMethod)"
+        ),
+        hardware=(Hardware.SM100,),
     ),
     *(
         KnownFailure(
@@ -283,6 +329,10 @@ SGLANG_KNOWN_FAILURES: tuple[KnownFailure, ...] = (
             match=r"reads them \(gate;up\)|reads FC1 rows as gate;up",
             backend=Mxfp4MoeBackend.VLLM_CUTLASS.value,
             check=check,
+            reach=Reach.flag(
+                "--moe-runner-backend deep_gemm with gpt-oss (model_overrides/gpt_oss.py never picks it for MXFP4)"
+            ),
+            hardware=(Hardware.SM100,),
         )
         for check in ("check_gate_up_pairing", "check_padding_invariance")
     ),
@@ -296,6 +346,10 @@ SGLANG_KNOWN_FAILURES: tuple[KnownFailure, ...] = (
         raises=AssertionError,
         match=r"holds \w+'s gate/up rows in g0,u0,g1,u1 order, but fc1_layout says gate;up\b",
         backend=Mxfp4MoeBackend.VLLM_CUTLASS.value,
+        reach=Reach.flag(
+            "--moe-runner-backend deep_gemm with gpt-oss (model_overrides/gpt_oss.py never picks it for MXFP4)"
+        ),
+        hardware=(Hardware.SM100,),
     ),
     KnownFailure(
         MXFP4_MOE,
@@ -307,6 +361,10 @@ SGLANG_KNOWN_FAILURES: tuple[KnownFailure, ...] = (
         match=r"not idempotent: w13 changed",
         backend=Mxfp4MoeBackend.VLLM_CUTLASS.value,
         check="check_minimal_and_idempotent",
+        reach=Reach.flag(
+            "--moe-runner-backend deep_gemm with gpt-oss (model_overrides/gpt_oss.py never picks it for MXFP4)"
+        ),
+        hardware=(Hardware.SM100,),
     ),
     KnownFailure(
         MXFP4_MOE,
@@ -323,6 +381,11 @@ SGLANG_KNOWN_FAILURES: tuple[KnownFailure, ...] = (
         match=r"The size of tensor a \(\d+\) must match the size of tensor b \(\d+\)",
         backend=Mxfp4MoeBackend.TRITON_SM90.value,
         raised_in=FUSED_MOE_LOADERS,
+        reach=Reach.flag(
+            "--moe-runner-backend triton_kernel with Kimi-K3 or MiniMax-M3 MXFP4 (model_overrides/gpt_oss.py "
+            "picks triton_kernel for gpt-oss only)"
+        ),
+        hardware=(Hardware.SM90, Hardware.SM100),
     ),
     *(
         KnownFailure(
@@ -337,6 +400,8 @@ SGLANG_KNOWN_FAILURES: tuple[KnownFailure, ...] = (
             match=match,
             backend=Mxfp4MoeBackend.TRITON_SM90.value,
             check=check,
+            reach=Reach.latent("no MXFP4 MoE model has H % 64 == 32 (gpt-oss: 2880, 90 groups)"),
+            hardware=(Hardware.SM90,),
         )
         for check, match in TRITON_ODD_GROUP_FAILURES
     ),
@@ -354,6 +419,11 @@ SGLANG_KNOWN_FAILURES: tuple[KnownFailure, ...] = (
             match=r"aiter-ck rejects|w(13|2)_scale \[.*\]: e8m0_shuffle pads",
             backend=backend.value,
             check=check,
+            reach=Reach.latent(
+                "no Quark OCP-MX MXFP4 MoE checkpoint the suite catalogues has H % 256 != 0; it would also need "
+                "SGLANG_USE_AITER=1"
+            ),
+            hardware=(Hardware.GFX950,),
         )
         for backend, selection in MXFP4_BACKENDS.items()
         if selection.stacked_via_quark
@@ -370,6 +440,10 @@ SGLANG_KNOWN_FAILURES: tuple[KnownFailure, ...] = (
         raises=RuntimeError,
         match=r"Current MXFP4 MoE layer is not supported by Marlin",
         backend=Mxfp4MoeBackend.MARLIN.value,
+        reach=Reach.latent(
+            "no catalogued MXFP4 model has H % 64 != 0; a loud refusal behind --moe-runner-backend marlin"
+        ),
+        hardware=(Hardware.SM90, Hardware.SM100, Hardware.SM120),
     ),
 )
 
@@ -425,6 +499,10 @@ SGLANG_SHARDING_FAILURES: tuple[KnownFailure, ...] = (
         raises=RuntimeError,
         match=r"The size of tensor a \(\d+\) must match the size of tensor b \(\d+\)",
         raised_in=FUSED_MOE_LOADERS,
+        reach=Reach.latent(
+            "no SGLang model with stacked MXFP4 experts has H % 256 != 0 (Kimi-K3 7168, MiniMax-M3 3072)"
+        ),
+        hardware=(Hardware.SM90, Hardware.SM100, Hardware.SM120, Hardware.GFX950),
     ),
     KnownFailure(
         MOE_SHARDING,
@@ -440,6 +518,8 @@ SGLANG_SHARDING_FAILURES: tuple[KnownFailure, ...] = (
         ),
         raises=AssertionError,
         match=r"which cut a \d+-element scale group|is not a whole number of \d+-element groups",
+        reach=Reach.latent("no SGLang model with stacked MXFP4 experts has (I/tp) % 32 != 0 at its TP degrees"),
+        hardware=(Hardware.SM90, Hardware.SM100, Hardware.SM120),
     ),
     KnownFailure(
         MOE_SHARDING,
@@ -452,11 +532,17 @@ SGLANG_SHARDING_FAILURES: tuple[KnownFailure, ...] = (
         applies=lambda config: config.block == 16 and _nvfp4_unrounded(config) and _even_split_cuts_groups(config),
         raises=AssertionError,
         match=r"which cut a \d+-element scale group|is not a whole number of \d+-element groups",
+        reach=Reach.default(
+            "Nemotron-3-Nano NVFP4 (I 1856) at TP8 on SM120, where model_overrides/nemotron_h.py picks "
+            "flashinfer_cutlass (findings/sglang-nvfp4-cutlass-split-cuts-groups); SM100 behind --moe-runner-"
+            "backend flashinfer_cutlass or flashinfer_cutedsl (Gemma-4-26B-A4B TP16)"
+        ),
+        hardware=(Hardware.SM100, Hardware.SM120),
     ),
     KnownFailure(
         MOE_SHARDING,
-        "flashinfer_mxfp4 on SM90 (CUTLASS mixed GEMM) and deep_gemm: Mxfp4MoEMethod.create_weights allocates I/tp "
-        "rows per half "
+        "flashinfer_mxfp4 on SM90 and SM120 (the cutlass_sm90 / cutlass_sm120 branch; gpt-oss's default on SM120 "
+        "since PR #32668) and deep_gemm: Mxfp4MoEMethod.create_weights allocates I/tp rows per half "
         "(padding comes after loading), but GptOssForCausalLM._load_mxfp4_experts_weights narrows whole 32-blocks, "
         "cdiv(I/32, tp)·32 channels, so where (I/tp) % 32 != 0 a full rank does not fit its buffer (gpt-oss I = 2880 "
         "at TP 4: 736 > 720); found by this suite, not reported upstream (the path came with PR #24816)",
@@ -470,6 +556,12 @@ SGLANG_SHARDING_FAILURES: tuple[KnownFailure, ...] = (
         raises=RuntimeError,
         match=r"The size of tensor a \(\d+\) must match the size of tensor b \(\d+\)",
         raised_in=GPT_OSS_LOADERS,
+        reach=Reach.default(
+            "gpt-oss at TP4 / TP8 on SM120, where model_overrides/gpt_oss.py picks flashinfer_mxfp4 "
+            "(findings/sglang-gpt-oss-mxfp4-cutlass-tp-load); SM90 behind --moe-runner-backend flashinfer_mxfp4, "
+            "SM100 behind --moe-runner-backend deep_gemm"
+        ),
+        hardware=(Hardware.SM90, Hardware.SM100, Hardware.SM120),
     ),
     KnownFailure(
         MOE_SHARDING,
@@ -481,6 +573,11 @@ SGLANG_SHARDING_FAILURES: tuple[KnownFailure, ...] = (
         applies=lambda config: _stacked_mxfp4(config, via_quark=True) and _even_split_cuts_groups(config),
         raises=AssertionError,
         match=r"which cut a \d+-element scale group|is not a whole number of \d+-element groups",
+        reach=Reach.flag(
+            "SGLANG_USE_AITER=1 (off by default) with Quark OCP-MX MXFP4 MoE at (I/tp) % 32 != 0 "
+            "(DeepSeek-V4.1-Flash-shaped I 2304 at TP16: 144)"
+        ),
+        hardware=(Hardware.GFX950,),
     ),
     KnownFailure(
         MOE_SHARDING,
@@ -499,6 +596,8 @@ SGLANG_SHARDING_FAILURES: tuple[KnownFailure, ...] = (
         raises=RuntimeError,
         match=r"The size of tensor a \(\d+\) must match the size of tensor b \(\d+\)",
         raised_in=FUSED_MOE_LOADERS,
+        reach=Reach.flag("--moe-runner-backend triton_kernel with Kimi-K3 or MiniMax-M3 MXFP4"),
+        hardware=(Hardware.SM90, Hardware.SM100),
     ),
 )
 """Upstream bugs of SGLang 0.5.23 that the ``moe_sharding`` properties meet (:mod:`subjects.sglang.sharding`)."""

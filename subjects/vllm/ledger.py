@@ -18,7 +18,7 @@ from contracts.mxfp4_linear import CONTRACT as MXFP4_LINEAR
 from reference.layouts import asm_scale_swizzle_ok
 from reference.sizes import round_up
 from subjects.mxfp4_moe import TRITON_ODD_GROUP_FAILURES
-from subjects.registry import KnownFailure
+from subjects.registry import Hardware, KnownFailure, Reach
 from subjects.vllm.sharding import cuts_groups_per_projection, gpt_oss_uneven_experts
 
 
@@ -88,6 +88,12 @@ VLLM_KNOWN_FAILURES: tuple[KnownFailure, ...] = (
         match=r"policy refused a shape real models produce .*vLLM FLASHINFER_CUTLASS: .*Intermediate size padding "
         r"for w1 and w3",
         backend=Nvfp4MoeBackend.FLASHINFER_CUTLASS.value,
+        reach=Reach.default(
+            "Gemma-4-26B-A4B NVFP4 at TP2 / TP4 and Qwen3.8-Flash-Next NVFP4 at TP4 on SM120, where "
+            "FLASHINFER_CUTLASS is the first backend of select_nvfp4_moe_backend's list that supports the GPU "
+            "(TRT-LLM and CuteDSL are SM100-only); on SM100 behind --moe-backend flashinfer_cutlass"
+        ),
+        hardware=(Hardware.SM100, Hardware.SM120),
     ),
     KnownFailure(
         NVFP4_MOE,
@@ -99,6 +105,10 @@ VLLM_KNOWN_FAILURES: tuple[KnownFailure, ...] = (
         match=r"policy refused a shape real models produce .*vLLM VLLM_CUTLASS: .*Intermediate size padding "
         r"for w1 and w3",
         backend=Nvfp4MoeBackend.VLLM_CUTLASS.value,
+        reach=Reach.flag(
+            "--moe-backend cutlass (select_nvfp4_moe_backend takes FLASHINFER_CUTLASS before VLLM_CUTLASS)"
+        ),
+        hardware=(Hardware.SM100, Hardware.SM120),
     ),
     KnownFailure(
         NVFP4_MOE,
@@ -111,6 +121,11 @@ VLLM_KNOWN_FAILURES: tuple[KnownFailure, ...] = (
         match=r"vllm-cutlass rejects .*FC2 scales: the kernel strides experts",
         backend=Nvfp4MoeBackend.VLLM_CUTLASS.value,
         check="check_flashinfer_accepts",
+        reach=Reach.flag(
+            "--moe-backend cutlass with an NVFP4 MoE checkpoint whose hidden size is not a multiple of 128 (PR "
+            "#35497: 2880)"
+        ),
+        hardware=(Hardware.SM100, Hardware.SM120),
     ),
     KnownFailure(
         MXFP4_LINEAR,
@@ -122,6 +137,11 @@ VLLM_KNOWN_FAILURES: tuple[KnownFailure, ...] = (
         match=r"guard sends scale \(96, \d+\) to the ASM GEMM, which a documented defect covers: ASM gemm_a4w4 is "
         r"numerically wrong for 96-row",
         check="check_asm_guard_truth_table",
+        reach=Reach.flag(
+            "VLLM_ROCM_USE_AITER=1 (off by default; rocm_aiter_ops.is_asm_fp4_gemm_supported needs it) with "
+            "Qwen3.8 MXFP4 at TP1 (GDN in_proj_ba, 96-row scales)"
+        ),
+        hardware=(Hardware.GFX950,),
     ),
     *(
         KnownFailure(
@@ -133,6 +153,11 @@ VLLM_KNOWN_FAILURES: tuple[KnownFailure, ...] = (
             match=match,
             backend=Mxfp4MoeBackend.AITER.value,
             check=check,
+            reach=Reach.flag(
+                "VLLM_ROCM_USE_AITER=1 (off by default) with Quark OCP-MX W4A4 MoE checkpoints whose I/tp % 256 != 0 "
+                "(MiniMax-M3 at TP8: 384)"
+            ),
+            hardware=(Hardware.GFX950,),
         )
         for check, match in (
             ("check_backend_accepts", r"inter_dim \d+ % 256 != 0: CK-Tile stage 2 mis-indexes E8M0 scales"),
@@ -149,6 +174,13 @@ VLLM_KNOWN_FAILURES: tuple[KnownFailure, ...] = (
         match=r"over-padding: I \d+ was padded to \d+, but \d+ is accepted",
         backend=Mxfp4MoeBackend.MARLIN.value,
         check="check_minimal_and_idempotent",
+        reach=Reach.default(
+            "gpt-oss on SM120: with BF16 activations _get_priority_backends_for_gpt_oss reaches MARLIN first "
+            "there (TRT-LLM is SM100, FLASHINFER_CUTLASS_MXFP4_BF16 SM90, TRITON moved after Marlin; gpt-oss TP2:"
+            " 1440 -> 1536, not 1472), as _get_priority_backends does for DeepSeek-V4 (V4.1-Flash TP8: 288 -> "
+            "384); SM90 and SM100 behind --moe-backend marlin"
+        ),
+        hardware=(Hardware.SM90, Hardware.SM100, Hardware.SM120),
     ),
     KnownFailure(
         MXFP4_MOE,
@@ -160,6 +192,12 @@ VLLM_KNOWN_FAILURES: tuple[KnownFailure, ...] = (
         match=r"over-padding: H \d+ was padded to \d+, but \d+ is accepted",
         backend=Mxfp4MoeBackend.MARLIN.value,
         check="check_minimal_and_idempotent",
+        reach=Reach.default(
+            "gpt-oss on SM120, where MARLIN is the first backend _get_priority_backends_for_gpt_oss finds "
+            "supported with BF16 activations (H 2880 -> 3072: +2.58 GiB per GPU for gpt-oss-120b at TP1, "
+            "findings/vllm-marlin-mxfp4-hidden-over-padding); SM90 and SM100 behind --moe-backend marlin"
+        ),
+        hardware=(Hardware.SM90, Hardware.SM100, Hardware.SM120),
     ),
     KnownFailure(
         MXFP4_MOE,
@@ -170,6 +208,12 @@ VLLM_KNOWN_FAILURES: tuple[KnownFailure, ...] = (
         match=r"stack expects each tensor to be equal size",
         backend=Mxfp4MoeBackend.TRITON_SM90.value,
         raised_in=(f"{MXFP4_ORACLE}:convert_weight_to_mxfp4_moe_kernel_format.<locals>.shuffle_weight",),
+        reach=Reach.latent(
+            "TRITON's experts (OAITritonExperts, OAITritonMxfp4ExpertsMonolithic) accept only SWIGLUOAI, gpt-"
+            "oss's activation, and gpt-oss checkpoints take convert_gpt_oss_weight_to_mxfp4_moe_kernel_format; a "
+            "stacked (SiLU) MXFP4 model is refused even with --moe-backend triton"
+        ),
+        hardware=(Hardware.SM90,),
     ),
     *(
         KnownFailure(
@@ -185,6 +229,8 @@ VLLM_KNOWN_FAILURES: tuple[KnownFailure, ...] = (
             match=match,
             backend=Mxfp4MoeBackend.TRITON_SM90.value,
             check=check,
+            reach=Reach.latent("no MXFP4 MoE model vLLM runs on TRITON has H % 64 == 32 (gpt-oss: 2880, 90 groups)"),
+            hardware=(Hardware.SM90,),
         )
         for check, match in TRITON_ODD_GROUP_FAILURES
     ),
@@ -198,6 +244,12 @@ VLLM_KNOWN_FAILURES: tuple[KnownFailure, ...] = (
             match=match,
             backend=Mxfp4MoeBackend.TRITON_SM90.value,
             check=check,
+            reach=Reach.latent(
+                "TRITON's experts accept only SWIGLUOAI (gpt-oss, converted by "
+                "convert_gpt_oss_weight_to_mxfp4_moe_kernel_format); a stacked (SiLU) MXFP4 model is refused even "
+                "with --moe-backend triton"
+            ),
+            hardware=(Hardware.SM90,),
         )
         for check, match in (
             ("check_gate_up_pairing", r"w13 gate rows as triton-kernels-sm90 reads them .*block moved or changed"),
@@ -216,6 +268,11 @@ VLLM_KNOWN_FAILURES: tuple[KnownFailure, ...] = (
         match=r"hidden size \d+ % 128 != 0: FlashInfer MoE-EP DeepGEMM staging raises",
         backend=Mxfp4MoeBackend.FLASHINFER_MOE_EP.value,
         check="check_backend_accepts",
+        reach=Reach.latent(
+            "vLLM selects FLASHINFER_MOE_EP_DEEP_GEMM only with DeepSeek-V4 routing, whose hidden sizes are "
+            "multiples of 128"
+        ),
+        hardware=(Hardware.SM100,),
     ),
 )
 
@@ -236,6 +293,11 @@ VLLM_SHARDING_FAILURES: tuple[KnownFailure, ...] = (
             raises=AssertionError,
             match=match,
             check=check,
+            reach=Reach.default(
+                "Nemotron-3-Nano NVFP4 (I 1856) and Gemma-4-26B-A4B NVFP4 (I 704) at TP8 with default flags: "
+                "RoutedExperts.weight_loader is every NVFP4 backend's loader (and Quark OCP-MX MXFP4's on ROCm)"
+            ),
+            hardware=(Hardware.SM100, Hardware.SM120, Hardware.GFX950),
         )
         for check, match in (
             ("check_every_element_on_one_rank", r"which cut a \d+-element scale group"),
@@ -259,6 +321,10 @@ VLLM_SHARDING_FAILURES: tuple[KnownFailure, ...] = (
         raises=AssertionError,
         # a rank whose two slots hold one expert, and the neighbour no rank holds
         match=r"expert \d+ on EP ranks|experts \[[\d, ]+\] are on no EP rank|claims experts \[(?:\d+, )*(\d+), \1\b",
+        reach=Reach.flag(
+            "--enable-expert-parallel at an EP size that does not divide gpt-oss's 32 / 128 experts (e.g. DP 3 x TP 2)"
+        ),
+        hardware=(Hardware.SM90, Hardware.SM100, Hardware.SM120, Hardware.GFX950),
     ),
     KnownFailure(
         MOE_SHARDING,
@@ -269,5 +335,7 @@ VLLM_SHARDING_FAILURES: tuple[KnownFailure, ...] = (
         raises=RuntimeError,
         match=r"output with shape \[[\d, ]+\] doesn't match the broadcast shape",
         raised_in=("vllm.model_executor.models.gpt_oss:GptOssModel._load_weights_mxfp4",),
+        reach=Reach.flag("--enable-expert-parallel with more EP ranks than gpt-oss's experts (gpt-oss-20b: over 32)"),
+        hardware=(Hardware.SM90, Hardware.SM100, Hardware.SM120, Hardware.GFX950),
     ),
 )

@@ -10,7 +10,7 @@ from backends.mxfp4_moe import CONTRACT as MXFP4_MOE
 from backends.mxfp4_moe import Mxfp4MoeBackend
 from contracts.moe_sharding import CONTRACT as MOE_SHARDING
 from reference.formats import MXFP4_BLOCK
-from subjects.registry import KnownFailure
+from subjects.registry import Hardware, KnownFailure, Reach
 from subjects.sglang.bridge import SGLANG_SOURCE
 from subjects.sglang.dsv4.bridge import DSV4_BACKENDS
 from subjects.sglang.dsv4.sharding import CUTLASS_REFUSAL
@@ -44,14 +44,22 @@ DSV4_KNOWN_FAILURES: tuple[KnownFailure, ...] = (
         MXFP4_MOE,
         "Mxfp4FlashinferCutlassMoEMethod.create_weights refuses (ValueError) every rank whose I/tp or H is not a "
         "multiple of 128 instead of padding it after loading: DeepSeek-V4-Pro at TP16 (192), DeepSeek-V4.1-Flash "
-        "at TP4 / TP8 (576, 288) cannot use --moe-runner-backend flashinfer_mxfp4 on SM90 (Marlin pads the same "
-        "shapes to 64); reported as a feature request, closed inactive",
+        "at TP4 / TP8 (576, 288) are refused on SM90 and SM120, where flashinfer_mxfp4 is the default for "
+        "DeepSeek-V4 FP4 experts since PR #35919 (Marlin pads the same shapes to 64); reported as a feature "
+        "request, closed inactive",
         "https://github.com/sgl-project/sglang/issues/26250",
         applies=_not_128_aligned,
         raises=ValueError,
         match=r"Mxfp4FlashinferCutlassMoEMethod requires hidden_size and intermediate_size_per_partition to be "
         r"multiples of 128",
         backend=Mxfp4MoeBackend.FLASHINFER_CUTLASS_SM90.value,
+        reach=Reach.default(
+            "DeepSeek-V4.1-Flash at TP4 / TP8 and DeepSeek-V4-Pro at TP16 on SM90 and SM120: "
+            "model_overrides/deepseek_v4.py picks flashinfer_mxfp4 for FP4-expert checkpoints there, which "
+            "Fp8Config.get_quant_method maps to Mxfp4FlashinferCutlassMoEMethod (findings/sglang-dsv4-cutlass-"
+            "refuses-default)"
+        ),
+        hardware=(Hardware.SM90, Hardware.SM120),
     ),
     KnownFailure(
         MXFP4_MOE,
@@ -65,6 +73,8 @@ DSV4_KNOWN_FAILURES: tuple[KnownFailure, ...] = (
         match=r"The size of tensor a \(\d+\) must match the size of tensor b \(\d+\)",
         raised_in=FUSED_MOE_LOADERS,
         backend=Mxfp4MoeBackend.MARLIN.value,
+        reach=Reach.latent("DeepSeek-V4's hidden sizes (7168, 5120) are multiples of 256"),
+        hardware=(Hardware.SM90, Hardware.SM100, Hardware.SM120),
     ),
     *(
         KnownFailure(
@@ -76,6 +86,10 @@ DSV4_KNOWN_FAILURES: tuple[KnownFailure, ...] = (
             match=match,
             backend=Mxfp4MoeBackend.FLASHINFER_TRTLLM.value,
             check=check,
+            reach=Reach.latent(
+                "DeepSeek-V4's hidden sizes (7168, 5120) are multiples of 256; no other Fp8Config FP4-expert model"
+            ),
+            hardware=(Hardware.SM100,),
         )
         for check, match in (
             ("check_backend_accepts", r"rejects Ip=\d+, Hp=\d+:.*hidden size \d+ is not a multiple of 256"),
@@ -91,6 +105,10 @@ DSV4_KNOWN_FAILURES: tuple[KnownFailure, ...] = (
         match=r"input_tensor\.shape\[0\]=\d+ must be a multiple of 128",
         backend=Mxfp4MoeBackend.FLASHINFER_TRTLLM.value,
         check="check_trtllm_round_trip",
+        reach=Reach.latent(
+            "DeepSeek-V4's hidden sizes (7168, 5120) are multiples of 256; no other Fp8Config FP4-expert model"
+        ),
+        hardware=(Hardware.SM100,),
     ),
 )
 """Upstream bugs of SGLang 0.5.23's DeepSeek-V4 FP4 expert path that the ``mxfp4_moe`` properties meet."""
@@ -129,12 +147,18 @@ DSV4_SHARDING_FAILURES: tuple[KnownFailure, ...] = (
         ),
         raises=AssertionError,
         match=r"which cut a \d+-element scale group|is not a whole number of \d+-element groups",
+        reach=Reach.default(
+            "DeepSeek-V4.1-Flash at plain TP16 on SM100 with default flags (model_overrides/deepseek_v4.py picks "
+            "flashinfer_mxfp4; findings/sglang-dsv4-tp16-fc2-scale-pairing)"
+        ),
+        hardware=(Hardware.SM100,),
     ),
     KnownFailure(
         MOE_SHARDING,
         "Mxfp4FlashinferCutlassMoEMethod.create_weights refuses every rank whose I/tp (or H) is not a multiple of "
         "128, also where I/tp is whole 32-groups (DeepSeek-V4-Pro TP16: 192; V4.1-Flash TP4 / TP8: 576, 288), "
-        "instead of padding after loading; reported as a feature request, closed inactive",
+        "instead of padding after loading, on SM90 and SM120 with default flags since PR #35919; reported as a "
+        "feature request, closed inactive",
         "https://github.com/sgl-project/sglang/issues/26250",
         applies=lambda config: (
             _served_shard(config)
@@ -145,6 +169,10 @@ DSV4_SHARDING_FAILURES: tuple[KnownFailure, ...] = (
         ),
         raises=AssertionError,
         match=r"policy refused a split that keeps whole 32-groups .*" + CUTLASS_REFUSAL,
+        reach=Reach.default(
+            "DeepSeek-V4.1-Flash at TP4 / TP8 and DeepSeek-V4-Pro at TP16 on SM90 and SM120 with default flags"
+        ),
+        hardware=(Hardware.SM90, Hardware.SM120),
     ),
     KnownFailure(
         MOE_SHARDING,
@@ -160,6 +188,8 @@ DSV4_SHARDING_FAILURES: tuple[KnownFailure, ...] = (
         raises=RuntimeError,
         match=r"The size of tensor a \(\d+\) must match the size of tensor b \(\d+\)",
         raised_in=FUSED_MOE_LOADERS,
+        reach=Reach.latent("DeepSeek-V4's hidden sizes (7168, 5120) are multiples of 256"),
+        hardware=(Hardware.SM90, Hardware.SM100, Hardware.SM120),
     ),
 )
 """Upstream bugs of SGLang 0.5.23's DeepSeek-V4 loader that the ``moe_sharding`` properties meet."""
