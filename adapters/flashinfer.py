@@ -17,6 +17,7 @@ import importlib
 import warnings
 from collections.abc import Callable
 from types import ModuleType
+from typing import Any
 
 import torch
 
@@ -40,6 +41,16 @@ def _import(module: str) -> ModuleType:
 
 def flashinfer_version() -> str:
     return _import("flashinfer").__version__
+
+
+def function(module: str, name: str) -> Callable[..., Any]:
+    """FlashInfer's ``module.name``; :class:`LibraryUnavailable` naming the installed version where that version
+    has no such function. ``fused_moe.core.pad_trtllm_moe_weights`` is one: flashinfer-python 0.7.4 has it,
+    0.7.2.post1 (the version vLLM 0.33.0 pins) and 0.7.2 (SGLang 0.5.23's) do not."""
+    found = getattr(_import(module), name, None)
+    if found is None:
+        raise LibraryUnavailable(f"flashinfer-python {flashinfer_version()} has no {module}.{name}")
+    return found
 
 
 def _call(helper: str, fn: Callable[[], torch.Tensor], what: str) -> torch.Tensor:

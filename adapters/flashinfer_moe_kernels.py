@@ -224,8 +224,7 @@ def flashinfer_padded(weights: MoeWeights, gated: bool, hidden_alignment: int = 
     NVFP4 on trtllm-gen needs ``hidden_alignment`` 256 (128 "gives wrong results", 0.7.4 docs);
     with 128 FC1's K equals FC2's rows, the shape ``cutlass_fused_moe`` needs.
     """
-    core = fi._import("flashinfer.fused_moe")
-    p = core.pad_trtllm_moe_weights(
+    p = fi.function("flashinfer.fused_moe", "pad_trtllm_moe_weights")(
         weights.w13,
         weights.w13_scale,
         weights.w2,
