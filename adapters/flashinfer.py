@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import functools
 import importlib
+import traceback
 import warnings
 from collections.abc import Callable
 from types import ModuleType
@@ -54,10 +55,15 @@ def function(module: str, name: str) -> Callable[..., Any]:
 
 
 def _call(helper: str, fn: Callable[[], torch.Tensor], what: str) -> torch.Tensor:
+    """``fn()``; FlashInfer's ``AssertionError`` re-raised naming ``helper`` and ``what`` it rejected, with FlashInfer's
+    message, or for a bare ``assert`` the asserting source line (flashinfer-python 0.7.2.post1's
+    ``get_shuffle_matrix_sf_a_row_indices`` has ``assert M % 128 == 0``; 0.7.4 says
+    ``input_tensor.shape[0]=M must be a multiple of 128. ...``)."""
     try:
         return fn()
     except AssertionError as exc:
-        raise AssertionError(f"FlashInfer {helper} rejected {what}: {exc}") from exc
+        said = str(exc) or (traceback.extract_tb(exc.__traceback__)[-1].line or "assert")
+        raise AssertionError(f"FlashInfer {helper} rejected {what}: {said}") from exc
 
 
 def fc1_permutation(rows: int, gated: bool, scales: bool, cols: int = 8) -> torch.Tensor:

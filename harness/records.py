@@ -27,6 +27,7 @@ a reader sees the old file or the new one, never a truncated one.
 from __future__ import annotations
 
 import fcntl
+import importlib.metadata
 import json
 import os
 import platform
@@ -37,6 +38,8 @@ import time
 import uuid
 from pathlib import Path
 from typing import IO, Any
+
+from harness import checkout
 
 RUN = "run.json"
 SUMMARY = "summary.json"
@@ -105,16 +108,35 @@ def run_record(
         "hardware": hardware,
         "junitxml": junitxml,
         "versions": library_versions(),
+        "commit": checkout.commit(),
     }
+
+
+LIBRARIES = {
+    "torch": "torch",
+    "hypothesis": "hypothesis",
+    "flashinfer": "flashinfer-python",
+    "vllm": "vllm",
+    "sglang": "sglang",
+    "aiter": "amd-aiter",
+    "triton": "triton",
+    "triton_kernels": "triton-kernels",
+}
+"""The suite's libraries: module name -> distribution name (asked where the module has no ``__version__``, as
+AITER's stand-in package without ROCm has none; vLLM's vendored ``triton_kernels`` has neither)."""
 
 
 def library_versions() -> dict[str, str]:
     """Python's version and those of the suite's libraries this process has imported."""
     versions: dict[str, str] = {"python": platform.python_version()}
-    for name in ("torch", "hypothesis", "flashinfer", "vllm", "sglang", "aiter"):
+    for name, dist in LIBRARIES.items():
         module = sys.modules.get(name)
-        if module is not None and hasattr(module, "__version__"):
-            versions[name] = str(module.__version__)
+        if module is None:
+            continue
+        try:
+            versions[name] = str(getattr(module, "__version__", None) or importlib.metadata.version(dist))
+        except importlib.metadata.PackageNotFoundError:
+            versions[name] = f"unversioned ({getattr(module, '__file__', None) or 'namespace package'})"
     return versions
 
 
