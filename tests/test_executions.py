@@ -11,6 +11,9 @@ from __future__ import annotations
 
 import importlib
 import json
+import os
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -140,6 +143,24 @@ def test_record_error_keeps_the_worst_ratio_of_a_kernel_test(monkeypatch: pytest
         runner.run_check(_unavailable, Ratio(0.0), None, None, kernel=True, state=state)
     stats = state.stats["k.py::test_probe[x]"]
     assert (stats.kernel, stats.examples, stats.worst_error) == (True, 4, 0.75)
+
+
+@pytest.mark.long(20)
+def test_a_run_leaves_what_the_fold_reads(tmp_path: Path) -> None:
+    """A real run: a CPU property's statistics carry its outcome, the worker's device record its library versions;
+    a kernel property this machine cannot run is skipped before its first example and folds into nothing."""
+    kernel = "conformance/test_nvfp4_moe.py::test_scale_interleave_kernel[flashinfer-trtllm]"
+    cpu = "conformance/test_shared_expert.py::test_decision_table"
+    results = tmp_path / "results"
+    env = {k: v for k, v in os.environ.items() if k != "PYTEST_XDIST_WORKER"}
+    cmd = [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-q", "--results", str(results), kernel, cpu]
+    proc = subprocess.run(cmd, cwd=ROOT, env={**env, "FP4_PROFILE": "ci"}, capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, proc.stdout[-2000:]
+    stats = json.loads((results / "stats-main.json").read_text())
+    assert (stats[cpu]["outcome"], stats[cpu]["kernel"]) == ("passed", False)
+    assert kernel not in stats or stats[kernel]["outcome"] == "skipped"
+    assert json.loads((results / "device-main.json").read_text())["versions"]["torch"]
+    assert executions.from_results(results) == {}
 
 
 def _unavailable(config: object, backend: None, policy: None) -> None:
