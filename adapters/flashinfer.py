@@ -16,14 +16,16 @@ import functools
 import importlib
 import inspect
 import math
+import traceback
 import warnings
 from collections.abc import Callable
 from types import ModuleType
+from typing import Any
 
 import torch
 
 from adapters.calls import kernel_device, launch, planned
-from contracts.errors import LibraryUnavailable
+from contracts.errors import LibraryUnavailable, VersionGate
 from reference.layouts import TRTLLM_EPILOGUE_TILE_M
 from reference.sizes import round_up
 
@@ -45,11 +47,26 @@ def flashinfer_version() -> str:
     return _import("flashinfer").__version__
 
 
+def function(module: str, name: str) -> Callable[..., Any]:
+    """FlashInfer's ``module.name``; :class:`VersionGate` naming the installed version where that version
+    has no such function. ``fused_moe.core.pad_trtllm_moe_weights`` is one: flashinfer-python 0.7.4 has it,
+    0.7.2.post1 (the version vLLM 0.33.0 pins) and 0.7.2 (SGLang 0.5.23's) do not."""
+    found = getattr(_import(module), name, None)
+    if found is None:
+        raise VersionGate(f"flashinfer-python {flashinfer_version()} has no {module}.{name}")
+    return found
+
+
 def _call(helper: str, fn: Callable[[], torch.Tensor], what: str) -> torch.Tensor:
+    """``fn()``; FlashInfer's ``AssertionError`` re-raised naming ``helper`` and ``what`` it rejected, with FlashInfer's
+    message, or for a bare ``assert`` the asserting source line (flashinfer-python 0.7.2.post1's
+    ``get_shuffle_matrix_sf_a_row_indices`` has ``assert M % 128 == 0``; 0.7.4 says
+    ``input_tensor.shape[0]=M must be a multiple of 128. ...``)."""
     try:
         return fn()
     except AssertionError as exc:
-        raise AssertionError(f"FlashInfer {helper} rejected {what}: {exc}") from exc
+        said = str(exc) or (traceback.extract_tb(exc.__traceback__)[-1].line or "assert")
+        raise AssertionError(f"FlashInfer {helper} rejected {what}: {said}") from exc
 
 
 def fc1_permutation(rows: int, gated: bool, scales: bool, cols: int = 8) -> torch.Tensor:

@@ -34,7 +34,7 @@ import torch
 
 from adapters import flashinfer as fi
 from adapters.calls import kernel_device, launch, planned
-from contracts.errors import LibraryUnavailable, VersionGate
+from contracts.errors import LibraryUnavailable
 from contracts.moe import AlignedMoe, MoeWeights
 from reference.errors import require
 from reference.formats import NVFP4_BLOCK, GlobalScale, nvfp4_quantize
@@ -227,13 +227,7 @@ def flashinfer_padded(weights: MoeWeights, gated: bool, hidden_alignment: int = 
     NVFP4 on trtllm-gen needs ``hidden_alignment`` 256 (128 "gives wrong results", 0.7.4 docs);
     with 128 FC1's K equals FC2's rows, the shape ``cutlass_fused_moe`` needs.
     """
-    core = fi._import("flashinfer.fused_moe")
-    if not hasattr(core, "pad_trtllm_moe_weights"):
-        raise VersionGate(
-            f"flashinfer-python {fi.flashinfer_version()} has no fused_moe.pad_trtllm_moe_weights (FlashInfer's own "
-            "padding for its valid-size API, this property's reference); 0.7.4 has it"
-        )
-    p = core.pad_trtllm_moe_weights(
+    p = fi.function("flashinfer.fused_moe", "pad_trtllm_moe_weights")(
         weights.w13,
         weights.w13_scale,
         weights.w2,

@@ -108,8 +108,7 @@ def pad_trtllm_moe_weights(
     It pads each FC1 half to ``ru(I, intermediate_alignment)`` rows, FC1's K to
     ``ru(H, hidden_alignment)``, FC2 rows to ``ru(H, 128)``; weights with 0, scales with 127 (1.0).
     """
-    core = fi._import("flashinfer.fused_moe.core")
-    return core.pad_trtllm_moe_weights(
+    return fi.function("flashinfer.fused_moe.core", "pad_trtllm_moe_weights")(
         w13,
         w13_scale,
         w2,

@@ -26,7 +26,7 @@ from backends.mxfp4_linear import VLLM_GUARD_TABLE, AiterLinearPath
 from conformance.linear_oracle import asm_defects, fallback_needless, process, swizzle_error
 from conformance.regressions import GDN_SCALES, MXFP4_LINEAR_REGRESSIONS
 from contracts.mxfp4_linear import CONTRACT, Mxfp4LinearKernelSelection, PreparedMxfp4Linear
-from harness.properties import ALL_BACKENDS, check, record_event
+from harness.properties import ALL_BACKENDS, check, record_error, record_event
 from reference.formats import (
     MXFP4_BLOCK,
     Quantized,
@@ -273,3 +273,4 @@ def check_aiter_gemm_kernel(
         f"ulp_bf16 + 2·(K/32)·2^-24·Σ|ab|; worst |err|/tol = {(err / tol.clamp_min(1e-300)).max().item():.3g}, "
         f"non-finite outputs: {int((~torch.isfinite(y)).sum())}"
     )
+    record_error((err / tol.clamp_min(1e-300)).max().item() if err.numel() else 0.0, "|err|/tol")

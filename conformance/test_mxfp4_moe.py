@@ -38,7 +38,7 @@ from conformance.moe_checks import (
 from conformance.regressions import MXFP4_MOE_REGRESSIONS
 from contracts.errors import LibraryUnavailable
 from contracts.moe import MoeAlignment, relayout_moe
-from harness.properties import ALL_BACKENDS, check
+from harness.properties import ALL_BACKENDS, check, record_error
 from reference.errors import require
 from reference.formats import (
     MXFP4_BLOCK,
@@ -394,6 +394,7 @@ def check_trtllm_kernel(config: Mxfp4MoeConfig, backend: Mxfp4MoeBackend, policy
         assert torch.isfinite(out).all(), f"trtllm-gen MXFP4 x {label} returned non-finite values"
         err = _rel_l2(out, want)
         assert err <= tol, f"trtllm-gen MXFP4 x {label}: relative L2 error {err:.3g} > {tol}"
+        record_error(err / tol, f"{label} relative L2 / tolerance")
 
 
 @check(
@@ -438,3 +439,4 @@ def check_aiter_kernel(config: Mxfp4MoeConfig, backend: Mxfp4MoeBackend, policy:
     diff = 1 - 2 * (x64 * y64).sum().item() / (x64.square() + y64.square()).sum().clamp_min(1e-300).item()
     tol = r.tolerances["logits diff"]
     assert diff <= tol, f"aiter.fused_moe per_1x32: logits diff {diff:.3g} > {tol}"
+    record_error(diff / tol, "logits diff / tolerance")

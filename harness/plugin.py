@@ -42,6 +42,7 @@ property runner needs) and :data:`SESSION` (the subject, the results folder, the
 from __future__ import annotations
 
 import dataclasses
+import enum
 import json
 import os
 import sys
@@ -376,18 +377,26 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
     if "backend" not in metafunc.fixturenames or marker is None:
         return
     from backends import record
-    from subjects.registry import backends
 
     chosen = metafunc.definition.get_closest_marker("backends")
-    members, kernel = (chosen.args, chosen.kwargs.get("kernel", False)) if chosen else ((), False)
+    kernel = chosen is not None and chosen.kwargs.get("kernel", False)
     params = []
-    for b in members or backends(marker.args[0]):
+    for b in parametrized_backends(marker.args[0], chosen):
         r = record(b)
-        if kernel and not r.kernel_requires:
-            continue
         requires = dict.fromkeys((*r.requires, *(r.kernel_requires if kernel else ())))
         params.append(pytest.param(b, id=b.value, marks=[getattr(pytest.mark, m) for m in requires]))
     metafunc.parametrize("backend", params)
+
+
+def parametrized_backends(contract: str, chosen: pytest.Mark | None) -> list[enum.Enum]:
+    """The backends a test of ``contract`` is parametrized with, given its ``backends`` mark (``chosen``): the
+    mark's members, else every backend of the contract; with ``kernel=True`` only those whose record has a
+    kernel (``kernel_requires``)."""
+    from backends import record
+    from subjects.registry import backends
+
+    members, kernel = (chosen.args, chosen.kwargs.get("kernel", False)) if chosen else ((), False)
+    return [b for b in members or backends(contract) if not kernel or record(b).kernel_requires]
 
 
 def _backend(item: pytest.Item) -> object | None:
@@ -590,6 +599,8 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo):
         _one_line_skip(item, report)
     if report.when != "call":
         return
+    if item.nodeid in state.stats:
+        state.stats[item.nodeid].outcome = report.outcome
     last = state.last_failure.pop(item.nodeid, None)
     failure = runner.reported_reproduction(call.excinfo.value if call.excinfo else None) or last
     if report.failed and failure is not None:
@@ -637,7 +648,11 @@ def summary_rows(session: Session) -> list[dict[str, object]]:
 
 def _device_record(worker: str) -> dict[str, object]:
     """Which GPU this process used (after pinning): the visibility mask and the device's UUID."""
-    record: dict[str, object] = {"worker": worker, "CUDA_VISIBLE_DEVICES": os.environ.get("CUDA_VISIBLE_DEVICES")}
+    record: dict[str, object] = {
+        "worker": worker,
+        "CUDA_VISIBLE_DEVICES": os.environ.get("CUDA_VISIBLE_DEVICES"),
+        "versions": records.library_versions(),  # at the end: what this worker's tests imported
+    }
     if hardware.machine().cuda_devices:
         import torch
 

@@ -38,7 +38,7 @@ import pytest
 from hypothesis import currently_in_test_context, event, example, given, target
 from hypothesis.strategies import SearchStrategy
 
-from harness.runner import RUN_STATE, run_check
+from harness.runner import RUN_STATE, note_error, run_check
 from strategies.pins import pinned_examples
 
 F = TypeVar("F", bound=Callable[..., None])
@@ -75,6 +75,14 @@ def record_target(value: float, label: str) -> None:
     """``hypothesis.target`` inside a Hypothesis test (steers generation towards large ``value``)."""
     if currently_in_test_context():
         target(value, label=label)
+
+
+def record_error(ratio: float, label: str) -> None:
+    """A kernel check's error on this example as a fraction of its bound (1.0: at the bound, 0.0: exact): a
+    Hypothesis ``target`` under ``label``, and the largest over the test's examples is its execution record's
+    ``worst_error`` (:func:`harness.runner.note_error`)."""
+    record_target(ratio, label)
+    note_error(ratio)
 
 
 def check(

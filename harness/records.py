@@ -32,6 +32,7 @@ import os
 import platform
 import shutil
 import socket
+import sys
 import time
 import uuid
 from importlib import metadata
@@ -107,25 +108,37 @@ def run_record(
         "hardware": hardware,
         "junitxml": junitxml,
         "versions": library_versions(),
+        "commit": checkout.commit(),
     }
 
 
-DISTRIBUTIONS = ("torch", "hypothesis", "flashinfer-python", "amd-aiter", "triton", "vllm", "sglang")
-"""The installed packages whose versions a run records (PyPI names; ``aiter`` on PyPI is another project)."""
+LIBRARIES = {
+    "torch": "torch",
+    "hypothesis": "hypothesis",
+    "flashinfer": "flashinfer-python",
+    "aiter": "amd-aiter",
+    "triton": "triton",
+    "triton_kernels": "triton-kernels",
+    "vllm": "vllm",
+    "sglang": "sglang",
+}
+"""The suite's libraries: module name -> distribution name (PyPI's ``aiter`` is another project)."""
 
 
 def library_versions() -> dict[str, str]:
-    """Python's version, the suite's (:func:`harness.checkout.provenance`) and those of the installed
-    :data:`DISTRIBUTIONS` (absent ones left out).
+    """Python's version, the suite's (:func:`harness.checkout.provenance`) and those of the suite's
+    :data:`LIBRARIES`, keyed by distribution name (absent ones left out).
 
-    Read from the installed packages' metadata, not from imported modules: the xdist controller
-    that writes ``run.json`` never imports FlashInfer or AITER (its workers do)."""
+    Read from the installed packages' metadata, not from imported modules: the xdist controller that writes
+    ``run.json`` never imports FlashInfer or AITER (its workers do). A library imported without a distribution
+    (vLLM's vendored ``triton_kernels``) is recorded as ``unversioned (its file)``."""
     versions: dict[str, str] = {"python": platform.python_version(), checkout.DISTRIBUTION: checkout.provenance()}
-    for name in DISTRIBUTIONS:
+    for module, dist in LIBRARIES.items():
         try:
-            versions[name] = metadata.version(name)
+            versions[dist] = metadata.version(dist)
         except metadata.PackageNotFoundError:
-            continue
+            if (found := sys.modules.get(module)) is not None:
+                versions[dist] = f"unversioned ({getattr(found, '__file__', None) or 'namespace package'})"
     return versions
 
 

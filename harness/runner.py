@@ -56,7 +56,9 @@ class ExampleTimeout(BaseException):
 
 @dataclass
 class NodeStats:
-    """Per-test bookkeeping for the benchmark: examples run, and when the first failure came."""
+    """Per-test bookkeeping for the benchmark: examples run, and when the first failure came; for a kernel check
+    (``kernel``) the test's outcome and its largest error as a fraction of its bound (:func:`note_error`), which
+    ``python -m harness.executions`` folds into the kernel execution records."""
 
     examples: int = 0
     seconds: float = 0.0  # wall time from the first example to the last one's end
@@ -64,6 +66,9 @@ class NodeStats:
     first_failure_example: int | None = None
     first_failure_seconds: float | None = None
     counterexample: str | None = None
+    kernel: bool = False
+    outcome: str | None = None  # pytest's outcome of the test's call: passed, failed or skipped
+    worst_error: float | None = None
 
 
 @dataclass
@@ -140,6 +145,7 @@ def run_check(
         note(f"reproduce: {repro.command()}")
     stats = state.stats.setdefault(nodeid, NodeStats(started=time.perf_counter()))
     stats.examples += 1
+    stats.kernel = stats.kernel or kernel
     inflight = _write_inflight(state, nodeid, repro) if kernel or state.time_limit else None
     contract = fn.__fp4_check__[0]
     known = [k for k in state.known_failures if k.matches(contract, fn.__name__, repro.backend, config)]
@@ -167,6 +173,15 @@ def run_check(
         stats.seconds = time.perf_counter() - stats.started
         if inflight is not None:
             inflight.unlink(missing_ok=True)
+
+
+def note_error(ratio: float) -> None:
+    """Keep ``ratio`` (an example's error as a fraction of its bound) as the current test's ``worst_error`` when
+    it is the largest so far (a no-op outside a test that :func:`run_check` runs)."""
+    state = active()
+    stats = state.stats.get(state.nodeid)
+    if stats is not None:
+        stats.worst_error = ratio if stats.worst_error is None else max(stats.worst_error, ratio)
 
 
 def reported_reproduction(exc: BaseException | None) -> Reproduction | None:

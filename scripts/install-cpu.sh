@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Install fp4-conformance into ./.venv on a CPU machine (no GPU, no multi-GB CUDA torch).
 #   torch 2.13.0 CPU build (from the configured package index, else from https://download.pytorch.org/whl/cpu)
-#   flashinfer-python 0.7.4 without its CUDA-only dependencies: its pure-torch layout helpers run on CPU.
+#   flashinfer-python 0.7.4 without its CUDA-only dependencies: its pure-torch layout helpers run on CPU
+#   (scripts/install-vllm-cpu.sh and install-sglang-cpu.sh then replace it with the version their engine pins).
 #   amd-aiter 0.1.7.post2.dev18 (PyPI's only release, pure Python) without its ROCm JIT dependencies:
 #   adapters/aiter_triton.py loads its pure-torch helpers without ROCm; its fp4_utils imports Triton
 #   (triton 3.6.0, the H200's; it only imports on CPU).

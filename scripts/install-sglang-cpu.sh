@@ -34,16 +34,24 @@ pip_i triton==3.8.0 orjson psutil pyzmq msgspec pydantic regex pybase64 setproct
       pillow starlette IPython aiohttp transformers dill sentencepiece numpy einops packaging requests \
       tqdm nvidia-ml-py
 
-# 3. Deps that declare torch (or pull heavy stacks): --no-deps.
-pip_i --no-deps compressed-tensors loguru gguf openai sniffio partial_json_parser \
-      flashinfer-python==0.7.4 'apache-tvm-ffi>=0.1.11,<0.2'
+# 3. Deps that declare torch (or pull heavy stacks): --no-deps. flashinfer-python at the version SGLang's own
+#    wheel metadata pins (0.5.23: flashinfer_python[cu13]==0.7.2), read there by scripts/requirement.py rather
+#    than retyped, so the subject runs the FlashInfer SGLang's users run (it replaces the 0.7.4 that
+#    scripts/install-cpu.sh installs for the suite; the cu13 extra is CUDA-only and left out);
+#    apache-tvm-ffi at the range that FlashInfer declares.
+req="$(dirname "$0")/requirement.py"
+flashinfer=$("$py" "$req" sglang flashinfer-python)
+pip_i --no-deps compressed-tensors loguru gguf openai sniffio partial_json_parser "$flashinfer"
+pip_i --no-deps "$("$py" "$req" flashinfer-python apache-tvm-ffi)"
 
-"$py" - <<'PY'
-import sys, time, torch
+FLASHINFER="$flashinfer" "$py" - <<'PY'
+import os, sys, time, torch
 assert torch.__version__.startswith("2.13.0") and torch.version.cuda is None, torch.__version__
 sys.path.insert(0, ".")
 t = time.time()
 from subjects.sglang.bridge import sglang_modules
 m = sglang_modules()
-print(f"sglang {m.version} import OK in {time.time() - t:.1f}s, torch {torch.__version__}")
+import flashinfer
+assert os.environ["FLASHINFER"] == f"flashinfer-python=={flashinfer.__version__}", (os.environ["FLASHINFER"], flashinfer.__version__)
+print(f"sglang {m.version} + flashinfer {flashinfer.__version__} import OK in {time.time() - t:.1f}s, torch {torch.__version__}")
 PY

@@ -13,7 +13,7 @@
 #   import vllm.model_executor.layers.quantization.utils.flashinfer_fp4_moe
 #   import vllm.model_executor.layers.fused_moe.oracle.mxfp4
 #   import vllm.model_executor.models.qwen3_next           # needs compressed-tensors + loguru
-#   import flashinfer                                      # only for the TRTLLM shuffle path
+#   import flashinfer                                      # only for the TRTLLM shuffle path; vLLM's pin
 set -euo pipefail
 
 py=python
@@ -38,11 +38,17 @@ pip_i packaging psutil pyzmq urllib3 regex transformers cbor2 aiohttp openai-har
 
 # 3. Deps that declare torch (and triton/CUDA packages): --no-deps.
 #    xgrammar: imported by vllm at import time; compressed-tensors: by qwen3_next;
-#    flashinfer-python: by prepare_static_weights_for_trtllm_fp4_moe (call time only).
-pip_i --no-deps xgrammar compressed-tensors flashinfer-python==0.7.4 'apache-tvm-ffi>=0.1.11,<0.2'
+#    flashinfer-python: by prepare_static_weights_for_trtllm_fp4_moe (call time only), at the version vLLM's
+#    own wheel metadata pins (0.33.0: flashinfer-python==0.7.2.post1), read there by scripts/requirement.py
+#    rather than retyped, so the subject runs the FlashInfer vLLM's users run (it replaces the 0.7.4 that
+#    scripts/install-cpu.sh installs for the suite); apache-tvm-ffi at the range that FlashInfer declares.
+req="$(dirname "$0")/requirement.py"
+flashinfer=$("$py" "$req" vllm flashinfer-python)
+pip_i --no-deps xgrammar compressed-tensors "$flashinfer"
+pip_i --no-deps "$("$py" "$req" flashinfer-python apache-tvm-ffi)"
 
-"$py" - <<'PY'
-import sys, time, torch
+FLASHINFER="$flashinfer" "$py" - <<'PY'
+import os, sys, time, torch
 assert torch.__version__.startswith("2.13.0") and torch.version.cuda is None, torch.__version__
 t = time.time()
 import vllm.model_executor.layers.fused_moe  # noqa: F401  (first: avoids a circular import)
@@ -53,5 +59,6 @@ import vllm.model_executor.layers.fused_moe.oracle.mxfp4  # noqa: F401
 import vllm.model_executor.models.qwen3_next  # noqa: F401
 import flashinfer  # noqa: F401
 import vllm
+assert os.environ["FLASHINFER"] == f"flashinfer-python=={flashinfer.__version__}", (os.environ["FLASHINFER"], flashinfer.__version__)
 print(f"vllm {vllm.__version__} + flashinfer {flashinfer.__version__} import OK in {time.time()-t:.1f}s, torch {torch.__version__}")
 PY

@@ -102,7 +102,7 @@ DSV4_KNOWN_FAILURES: tuple[KnownFailure, ...] = (
         f"{SGLANG_SOURCE}/layers/quantization/mxfp4_flashinfer_trtllm_moe.py",
         applies=_hidden_not(128),
         raises=AssertionError,
-        match=r"input_tensor\.shape\[0\]=\d+ must be a multiple of 128",
+        match=r"input_tensor\.shape\[0\]=\d+ must be a multiple of 128|get_w2_permute_indices_with_cache rejected .*assert M % 128 == 0",
         backend=Mxfp4MoeBackend.FLASHINFER_TRTLLM.value,
         check="check_trtllm_round_trip",
         reach=Reach.latent(
