@@ -16,9 +16,10 @@ from hypothesis import currently_in_test_context, reject
 
 from contracts.errors import CheckpointNotServed, UnsupportedConfig
 from contracts.moe import TENSOR_DTYPES, AlignedMoe, MoeAlignment, MoeWeights
-from harness.repro import record_event
+from harness.properties import record_event
 from reference.errors import NanEncodingError
 from reference.formats import NVFP4_BLOCK, fp4_bytes_zero, scale_bytes_finite
+from reference.layouts import Fc1Layout, split_fc1
 
 TENSORS = ("w13", "w13_scale", "w2", "w2_scale", "w13_bias", "w2_bias")
 
@@ -89,6 +90,11 @@ def pad_rule(tensor: str, block: int) -> PadRule:
     if tensor.endswith("_bias"):
         return PadRule("zero", lambda t: t == 0)
     return PadRule("E2M1 zero codes (nibbles 0x0 or 0x8)", fp4_bytes_zero)
+
+
+def fc1_parts(x: torch.Tensor, layout: Fc1Layout, gated: bool, dim: int = -2) -> dict[str, torch.Tensor]:
+    """FC1 rows by projection: ``gate`` and ``up`` of a gated layer (read in ``layout``), else the one ``FC1``."""
+    return dict(zip(("gate", "up"), split_fc1(x, layout, dim), strict=True)) if gated else {"FC1": x}
 
 
 def assert_embedded(name: str, src: torch.Tensor, dst: torch.Tensor, pad: PadRule) -> None:
