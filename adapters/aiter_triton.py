@@ -52,9 +52,8 @@ from types import ModuleType
 import torch
 
 from adapters.aiter import AiterUnavailable
-from harness.hardware import MODE_LABELS
 
-LABEL = MODE_LABELS["aiter_triton"]
+LABEL = "AITER Triton on CUDA"
 """How the summary, skip reasons and the README name this mode."""
 
 QUANT = ("aiter.ops.triton.quant", "aiter.ops.triton.quant.quant")

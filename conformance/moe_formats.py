@@ -36,7 +36,7 @@ from strategies.mxfp4_moe import Mxfp4MoeConfig, mxfp4_moe_configs
 class MoeFormat:
     """One MoE weight format as the generic properties see it.
 
-    ``contract``: the contract name (``pytest.mark.contract``, ledgers); ``backends``: its backend enum
+    ``name``: the format's short name (test names of properties run per format); ``contract``: the contract name (``pytest.mark.contract``, ledgers); ``backends``: its backend enum
     (records: :class:`backends.moe.MoeBackendRecord`); ``block``: elements per scale group; ``config``: the
     configuration type, drawn by ``strategy`` and pinned by ``pins``; ``shape(config)``: its
     :class:`~strategies.moe.MoeShape`; ``align(config, backend, policy)``: the layer and the policy's
@@ -46,6 +46,7 @@ class MoeFormat:
     ``fc1_layout``.
     """
 
+    name: str
     contract: str
     backends: type[enum.Enum]
     block: int
@@ -78,6 +79,7 @@ def nvfp4_requantize(a: torch.Tensor) -> torch.Tensor:
 
 
 NVFP4 = MoeFormat(
+    name="nvfp4",
     contract=NVFP4_MOE,
     backends=Nvfp4MoeBackend,
     block=NVFP4_BLOCK,
@@ -92,6 +94,7 @@ NVFP4 = MoeFormat(
 """NVFP4 experts (``block = 16``), gated or not, FC1 rows ``[up; gate]`` in and out of the policy."""
 
 MXFP4 = MoeFormat(
+    name="mxfp4",
     contract=MXFP4_MOE,
     backends=Mxfp4MoeBackend,
     block=MXFP4_BLOCK,

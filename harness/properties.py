@@ -22,7 +22,7 @@ The configuration argument is the check's first parameter, so Hypothesis and the
 falsifying example use its name. One check may back several tests (other strategies, other
 backends): :func:`property_test` makes each extra one. Module-level ``pytestmark`` applies as to
 any test. Old-style modules (``@check(CONTRACT, Config)`` without a strategy plus a hand-written
-``@given`` test calling ``run_check``) keep working.
+``@given`` test calling :func:`harness.runner.run_check`) keep working.
 """
 
 from __future__ import annotations

@@ -40,6 +40,7 @@ from hypothesis.errors import UnsatisfiedAssumption
 from contracts.errors import GuardViolation, LibraryUnavailable
 from harness import records
 from harness.repro import Reproduction
+from strategies.config import Config
 
 
 class KnownFailureFixed(AssertionError):
@@ -125,6 +126,8 @@ def run_check(
     """
     state = state or active()
     nodeid = nodeid or state.nodeid
+    if backend is not None and isinstance(config, Config):
+        config = config.for_backend(backend)
     repro = Reproduction(
         f"{fn.__module__}:{fn.__name__}",
         state.subject,

@@ -262,7 +262,8 @@ from dataclasses import dataclass
 
 import pytest
 
-from harness.repro import check, run_check  # the names before harness.properties / harness.runner
+from harness.properties import check
+from harness.runner import run_check
 from strategies.config import Config
 
 pytestmark = pytest.mark.contract("nvfp4_moe")
