@@ -1305,7 +1305,7 @@ SGLANG_KNOWN_FAILURES: tuple[KnownFailure, ...] = (
         raises=AssertionError,
         match=r"hidden size \d+ is not a multiple of 256",
         backend=Nvfp4MoeBackend.FLASHINFER_CUTEDSL.value,
-        check="check_flashinfer_accepts",
+        check="check_backend_accepts",
     ),
     *(
         KnownFailure(
@@ -1321,7 +1321,7 @@ SGLANG_KNOWN_FAILURES: tuple[KnownFailure, ...] = (
             backend=backend.value,
             check=check,
         )
-        for check in ("check_flashinfer_accepts", "check_prepare_round_trip")
+        for check in ("check_backend_accepts", "check_prepare_round_trip")
         for backend in TRTLLM_NVFP4
     ),
     *(
@@ -1336,7 +1336,7 @@ SGLANG_KNOWN_FAILURES: tuple[KnownFailure, ...] = (
             raises=AssertionError,
             match=r"hidden size \d+ is not a multiple of 256 \(FlashInfer 0\.7\.4: 128 gives wrong results\)",
             backend=backend.value,
-            check="check_flashinfer_accepts",
+            check="check_backend_accepts",
         )
         for backend in TRTLLM_NVFP4
     ),
@@ -1429,7 +1429,7 @@ SGLANG_KNOWN_FAILURES: tuple[KnownFailure, ...] = (
             backend=Mxfp4MoeBackend.VLLM_CUTLASS.value,
             check=check,
         )
-        for check in ("check_gate_up_pairing", "check_padding_invariance")
+        for check in ("check_gate_up_layout", "check_padding_invariance")
     ),
     KnownFailure(
         MXFP4_MOE,

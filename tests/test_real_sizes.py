@@ -92,7 +92,7 @@ GEMMA_TP4_MANY = layer_shape(GEMMA, 4, False, 0, 16, GEMMA.activation, 8, 1, 2, 
     ("shape", "mutant"), [(GEMMA_TP4_FULL, LARGE_ONLY), (GEMMA_TP4_MANY, MANY_EXPERTS)], ids=["large", "many"]
 )
 def test_nvfp4_mutants_fail_where_the_builtin_passes(shape: MoeShape, mutant) -> None:
-    check, backend = test_nvfp4_moe.check_flashinfer_accepts, Nvfp4MoeBackend.FLASHINFER_TRTLLM
+    check, backend = test_nvfp4_moe.check_backend_accepts, Nvfp4MoeBackend.FLASHINFER_TRTLLM
     check(shape, backend, guard_inputs(builtin().policy("nvfp4_moe")))
     with pytest.raises(AssertionError, match="rejects"):
         check(shape, backend, guard_inputs(mutant.policy("nvfp4_moe")))
