@@ -134,21 +134,18 @@ def assert_idempotent(policy: MoeAlignment, backend: enum.Enum, aligned: Aligned
         assert (a is None) == (b is None) and (a is None or torch.equal(a, b)), f"not idempotent: {name} changed"
 
 
-def output_or_failure(compute: Callable[[], torch.Tensor], context: str) -> torch.Tensor:
-    """``compute()``, the reference output of one side of an invariance property.
+def assert_bit_identical(compute: Callable[[], torch.Tensor], want: torch.Tensor, context: str) -> None:
+    """``compute()`` (one side of an invariance property) equals ``want`` bit for bit; the message gives the
+    largest difference.
 
-    A NaN that reaches the reference's FP4/FP8 re-quantization (weights whose padding decodes to
-    NaN) fails the property with its own message, ``"{context}: NaN"``, instead of surfacing as a
-    reference encoding error.
+    A NaN that reaches the reference's FP4/FP8 re-quantization inside ``compute`` (weights whose padding
+    decodes to NaN) fails the property with its own message, ``"{context}: NaN"``, instead of surfacing as
+    a reference encoding error.
     """
     try:
-        return compute()
+        got = compute()
     except NanEncodingError as exc:
         raise AssertionError(f"{context}: NaN ({exc})") from exc
-
-
-def assert_bit_identical(got: torch.Tensor, want: torch.Tensor, context: str) -> None:
-    """``got`` equals ``want`` bit for bit; the message gives the largest difference."""
     if not torch.equal(got, want):
         diff = (got - want).abs().max().item()
         raise AssertionError(
