@@ -59,6 +59,6 @@ class Config:
 
     def for_backend(self: T, backend: enum.Enum) -> T:
         """The configuration as run against ``backend``, the test's parameter: itself, unless the
-        configuration records the backend it was drawn for (the property runner calls this before the
+        configuration records the backend it runs against (the property runner calls this before the
         example runs, so the reproduction and the known-failure ledgers see the backend too)."""
         return self
