@@ -57,7 +57,8 @@ def check_gate_up_layout(fmt: MoeFormat, config: Any, backend: enum.Enum, policy
     """Shapes and dtypes are the contract's (``uint8 [E, F·Ip, Hp/2]`` etc.); read in the kernel's FC1 order,
     gate and up rows (weights, scales, bias) are the checkpoint's with pad rows appended per half; FC2 keeps
     its block; every added element satisfies the format's pad rule (:func:`~conformance.moe_checks.pad_rule`);
-    the declared FC1 layout is the one the kernel reads."""
+    where the policy chooses the FC1 order (the format fixes none), the declared FC1 layout is the one the kernel
+    reads."""
     aligned, layer = fmt.align(config, backend, policy)
     shape, layout = fmt.shape(config), fmt.fc1_layout(backend)
     ip, hp = aligned.intermediate_size, aligned.hidden_size
@@ -80,7 +81,8 @@ def check_gate_up_layout(fmt: MoeFormat, config: Any, backend: enum.Enum, policy
         if getattr(src, name) is not None:
             assert getattr(w, name) is not None, f"the policy dropped {name}"
             assert_embedded(name, getattr(src, name), getattr(w, name), fmt.pad_rule(name))
-    assert w.fc1_layout is layout, (
+    # a format whose contract fixes the order (NVFP4: [up; gate]) is read in it whatever the label says
+    assert fmt.aligned_layout is not None or w.fc1_layout is layout, (
         f"the policy labels FC1 rows {w.fc1_layout.value}; {backend.value} reads {layout.value}"
     )
 
