@@ -25,15 +25,11 @@ from typing import Any
 
 import torch
 
+from adapters.aiter_triton import GEMM, QUANT, AiterUnavailable, aiter_module
 from adapters.calls import SourceOnly, launch, planned
-from contracts.errors import LibraryUnavailable
 from reference.formats import MXFP4_BLOCK
 from reference.layouts import aiter_e8m0_unshuffle
 from reference.sizes import round_up
-
-
-class AiterUnavailable(LibraryUnavailable):
-    """AITER, ROCm or a gfx950 GPU is missing."""
 
 
 class AiterApiMismatch(RuntimeError):
@@ -145,7 +141,6 @@ def hip_quantize(x: torch.Tensor) -> QuantizedActivation:
 def triton_quantize(x: torch.Tensor) -> QuantizedActivation:
     """``dynamic_mxfp4_quant(x)``: packed ``[M, K/2]`` and linear scales ``[M, K/32]``."""
     require_gfx950()
-    from adapters.aiter_triton import QUANT, aiter_module  # imports this module: deferred
 
     quant = aiter_module(QUANT)
     x_q, x_s = launch("dynamic_mxfp4_quant", quant.dynamic_mxfp4_quant, x)
@@ -176,7 +171,6 @@ def gemm_afp4wfp4(act: QuantizedActivation, weight: torch.Tensor, scale_kn: torc
     """Triton ``gemm_afp4wfp4`` on plain weights ``[N, K/2]`` and the stored ``(K/32, N)`` scale
     (passed as its ``.T`` view, as vLLM does); returns bf16 ``[M, N]``."""
     require_gfx950()
-    from adapters.aiter_triton import GEMM, aiter_module  # imports this module: deferred
 
     gemm = aiter_module(GEMM)
     device = act.kernel_packed.device

@@ -51,11 +51,15 @@ from types import ModuleType
 
 import torch
 
-from adapters.aiter import AiterUnavailable
 from adapters.calls import launch, planned
-from harness.hardware import MODE_LABELS
+from contracts.errors import LibraryUnavailable
 
-LABEL = MODE_LABELS["aiter_triton"]
+
+class AiterUnavailable(LibraryUnavailable):
+    """AITER, ROCm or a gfx950 GPU is missing."""
+
+
+LABEL = "AITER Triton on CUDA"
 """How the summary, skip reasons and the README name this mode."""
 
 QUANT = ("aiter.ops.triton.quant", "aiter.ops.triton.quant.quant")

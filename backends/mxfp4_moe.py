@@ -14,15 +14,16 @@ to each record's multiples and converts FC1 rows to its ``fc1_layout`` (vLLM's
 from __future__ import annotations
 
 import enum
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any, ClassVar
+from typing import ClassVar
 
 from adapters import aiter_moe, matmul_ogs
 from adapters import flashinfer_mxfp4 as fim
 from adapters import flashinfer_sm90_moe as sm90
 from adapters import triton_kernels as tk
-from backends import BackendRecord, register
+from backends import register
+from backends.moe import MoeBackendRecord
 from contracts.moe import MXFP4_MOE
 from reference.formats import MXFP4_BLOCK
 from reference.layouts import Fc1Layout
@@ -210,31 +211,18 @@ output by tens of units (``backends/truth``: 10 to 225 on single GEMMs)."""
 
 
 @dataclass(frozen=True, kw_only=True)
-class Mxfp4MoeRecord(BackendRecord):
-    """An MXFP4 MoE backend (gated SwiGLU experts only).
+class Mxfp4MoeRecord(MoeBackendRecord):
+    """An MXFP4 MoE backend (gated SwiGLU experts only; the common fields: :class:`backends.moe.MoeBackendRecord`).
 
-    ``fc1_layout``: how the kernel splits the fused FC1 rows into gate and up.
-    ``intermediate_multiple`` / ``hidden_multiple``: what the built-in policy rounds ``(I, H)`` to.
-    ``violations(Ip, Hp, E)``: why the backend rejects experts padded to ``(Ip, Hp)`` (empty: accepted).
-    ``prepare``: the library's weight preparation after the policy (``None`` where none is modelled).
-    ``kernel``: the runner of the real kernel (``None``: no kernel property); ``tolerances``: its bounds,
-    by the metric the kernel property computes. ``aliases``: other engine backends that share this one's
-    rounding, FC1 order and rule (each named with the source showing it), so one record stands for them.
-
-    The multiples (what the built-in policy pads to) and ``violations`` (the oracle) are deliberately two
-    statements of the backend's rule: ``check_minimal_and_idempotent`` fails if they disagree.
+    ``tolerances``: the kernel's bounds, by the metric the kernel property computes. ``aliases``: other
+    engine backends that share this one's rounding, FC1 order and rule (each named with the source showing
+    it), so one record stands for them.
     """
 
-    fc1_layout: Fc1Layout
-    intermediate_multiple: int
-    hidden_multiple: int
-    violations: Callable[[int, int, int], list[str]]
-    prepare: Callable[..., Any] | None = None
-    kernel: Callable[..., Any] | None = None
     tolerances: Mapping[str, float] = field(default_factory=dict)
     aliases: tuple[str, ...] = ()
 
-    OPTIONAL: ClassVar[frozenset[str]] = BackendRecord.OPTIONAL | {"prepare", "kernel", "tolerances", "aliases"}
+    OPTIONAL: ClassVar[frozenset[str]] = MoeBackendRecord.OPTIONAL | {"tolerances", "aliases"}
 
 
 RECORDS = (
@@ -253,7 +241,7 @@ RECORDS = (
         fc1_layout=Fc1Layout.UP_GATE_INTERLEAVED,
         intermediate_multiple=fim.TRTLLM_INTERMEDIATE_MULTIPLE,
         hidden_multiple=fim.MXFP8_HIDDEN_MULTIPLE,
-        violations=lambda i, h, e: fim.trtllm_mxfp4_violations(i, h),
+        violations=lambda i, h, gated, e: fim.trtllm_mxfp4_violations(i, h),
         prepare=fim.trtllm_mxfp4_weights,
         kernel=fim.trtllm_mxfp4_moe,
         tolerances={"bf16 relative L2": BF16_REL_L2, "mxfp8 relative L2": MXFP8_REL_L2},
@@ -272,7 +260,7 @@ RECORDS = (
         fc1_layout=Fc1Layout.UP_GATE,
         intermediate_multiple=sm90.SM90_ALIGNMENT,
         hidden_multiple=sm90.SM90_ALIGNMENT,
-        violations=lambda i, h, e: fim.sm90_violations(i, h),
+        violations=lambda i, h, gated, e: fim.sm90_violations(i, h),
         kernel=sm90.w4a16_moe,
         tolerances={"error / (2^-8 · magnitude)": SM90_TOLERANCE},
     ),
@@ -286,7 +274,7 @@ RECORDS = (
         fc1_layout=Fc1Layout.GATE_UP,
         intermediate_multiple=256,
         hidden_multiple=256,
-        violations=aiter_violations,
+        violations=lambda i, h, gated, e: aiter_violations(i, h, e),
         kernel=aiter_moe.fused_moe_a4w4,
         tolerances={"logits diff": AITER_LOGITS_DIFF},
     ),
@@ -302,7 +290,7 @@ RECORDS = (
         fc1_layout=Fc1Layout.GATE_UP,
         intermediate_multiple=64,
         hidden_multiple=128,
-        violations=lambda i, h, e: marlin_violations(i, h),
+        violations=lambda i, h, gated, e: marlin_violations(i, h),
     ),
     Mxfp4MoeRecord(
         member=Mxfp4MoeBackend.VLLM_CUTLASS,
@@ -317,7 +305,7 @@ RECORDS = (
         fc1_layout=Fc1Layout.GATE_UP,
         intermediate_multiple=128,
         hidden_multiple=128,
-        violations=lambda i, h, e: vllm_cutlass_violations(i, h),
+        violations=lambda i, h, gated, e: vllm_cutlass_violations(i, h),
         aliases=("DEEPGEMM_MXFP4: the same 128 / 128 rounding and [w1; w3] order in vLLM 0.33.0's oracle",),
     ),
     Mxfp4MoeRecord(
@@ -333,7 +321,7 @@ RECORDS = (
         fc1_layout=Fc1Layout.GATE_UP,
         intermediate_multiple=MXFP4_BLOCK,
         hidden_multiple=MXFP4_BLOCK,
-        violations=lambda i, h, e: b12x_violations(i, h),
+        violations=lambda i, h, gated, e: b12x_violations(i, h),
         aliases=("B12X_MXFP4_MXFP8 shares the exact sizes; its extra H % 256 makes vLLM decline it, not pad",),
     ),
     Mxfp4MoeRecord(
@@ -352,7 +340,7 @@ RECORDS = (
         fc1_layout=Fc1Layout.GATE_UP_INTERLEAVED,
         intermediate_multiple=tk.HOPPER_BLOCK_K,
         hidden_multiple=tk.HOPPER_BLOCK_K,
-        violations=lambda i, h, e: tk.hopper_violations(i, h),
+        violations=lambda i, h, gated, e: tk.hopper_violations(i, h),
         kernel=matmul_ogs.moe,
         tolerances={TRITON_SM90_METRIC: TRITON_SM90_TOLERANCE},
         aliases=("TRITON_UNFUSED: the same matmul_ogs weights and _swizzle_mxfp4 (vLLM TRITON_BACKENDS)",),
@@ -369,7 +357,7 @@ RECORDS = (
         fc1_layout=Fc1Layout.GATE_UP,
         intermediate_multiple=256,
         hidden_multiple=256,
-        violations=lambda i, h, e: aiter_a16w4_violations(i, h),
+        violations=lambda i, h, gated, e: aiter_a16w4_violations(i, h),
     ),
     Mxfp4MoeRecord(
         member=Mxfp4MoeBackend.FLASHINFER_MOE_EP,
@@ -384,7 +372,7 @@ RECORDS = (
         fc1_layout=Fc1Layout.GATE_UP,
         intermediate_multiple=MXFP4_BLOCK,
         hidden_multiple=MOE_EP_HIDDEN_MULTIPLE,
-        violations=lambda i, h, e: moe_ep_violations(i, h),
+        violations=lambda i, h, gated, e: moe_ep_violations(i, h),
     ),
 )
 register(*RECORDS)

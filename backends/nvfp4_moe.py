@@ -15,15 +15,14 @@ from __future__ import annotations
 import enum
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, ClassVar
-
-import torch
+from typing import ClassVar
 
 from adapters import b12x, vllm_cutlass_moe
 from adapters import flashinfer as fi
 from adapters import flashinfer_cutedsl as cutedsl
 from adapters import flashinfer_moe_kernels as kernels
-from backends import BackendRecord, register
+from backends import register
+from backends.moe import MoeBackendRecord
 from contracts.moe import NVFP4_MOE
 from reference.layouts import Fc1Layout
 from reference.moe import ActivationKind
@@ -86,13 +85,11 @@ FLASHINFER_FP4_BOUND = Fp4OutputBound(atol_fraction=0.15, rtol=0.1, max_outliers
 
 
 @dataclass(frozen=True, kw_only=True)
-class Nvfp4MoeRecord(BackendRecord):
-    """An NVFP4 MoE backend.
+class Nvfp4MoeRecord(MoeBackendRecord):
+    """An NVFP4 MoE backend (the common fields: :class:`backends.moe.MoeBackendRecord`).
 
-    ``fc1_layout``: how the kernel reads fused FC1 rows. ``intermediate_multiple`` (gated; per half)
-    and ``intermediate_multiple_non_gated``, ``hidden_multiple`` (``hidden_multiple_non_gated`` where a
-    non-gated layer needs more; ``None``: the same): what the built-in policy rounds to.
-    ``violations(Ip, Hp, gated)``: why the backend rejects padded sizes (empty: accepted).
+    ``intermediate_multiple_non_gated`` and ``hidden_multiple_non_gated`` (where a non-gated layer needs
+    more than ``hidden_multiple``; ``None``: the same): what the built-in policy rounds a non-gated layer to.
     ``prepare(aligned, gated)``: the library's weight preparation the suite can undo (``None``: the
     kernel reads the padded tensors as they are). ``kernel(aligned, x, logits, top_k, activation,
     scales, **valid_sizes)``: the kernel runner, output ``[T, Hp]``; ``kernel_activations``: the
@@ -101,18 +98,9 @@ class Nvfp4MoeRecord(BackendRecord):
     compared with where the unpadded layer cannot run, and ``declares_valid_sizes``: whether that run
     passes ``valid_intermediate_size`` / ``valid_hidden_size``. ``kernel_hint(Ip)``: a triage note
     attached to kernel failures (empty when none applies).
-
-    The multiples (what the built-in policy pads to) and ``violations`` (the oracle) are deliberately two
-    statements of the backend's rule: ``check_minimal_and_idempotent`` fails if they disagree.
     """
 
-    fc1_layout: Fc1Layout
-    intermediate_multiple: int
     intermediate_multiple_non_gated: int
-    hidden_multiple: int
-    violations: Callable[[int, int, bool], list[str]]
-    prepare: Callable[..., Any] | None = None
-    kernel: Callable[..., torch.Tensor] | None = None
     kernel_activations: tuple[ActivationKind, ...] = ()
     tolerance: Fp4OutputBound | None = None
     padding_reference: int | None = None
@@ -120,13 +108,11 @@ class Nvfp4MoeRecord(BackendRecord):
     kernel_hint: Callable[[int], str] | None = None
     hidden_multiple_non_gated: int | None = None
 
-    OPTIONAL: ClassVar[frozenset[str]] = BackendRecord.OPTIONAL | {
-        "prepare",
+    OPTIONAL: ClassVar[frozenset[str]] = MoeBackendRecord.OPTIONAL | {
         "declares_valid_sizes",
         "kernel_hint",
         "hidden_multiple_non_gated",
         # A record without a kernel runner (no kernel_requires; tests/test_backends.py checks the pairing).
-        "kernel",
         "kernel_activations",
         "tolerance",
         "padding_reference",
@@ -165,7 +151,7 @@ RECORDS = (
         intermediate_multiple=64,
         intermediate_multiple_non_gated=128,
         hidden_multiple=256,
-        violations=fi.trtllm_nvfp4_violations,
+        violations=lambda i, h, gated, e: fi.trtllm_nvfp4_violations(i, h, gated),
         prepare=kernels.trtllm_fp4_weights,
         kernel=kernels.run_trtllm_fp4_moe,
         kernel_activations=tuple(kernels.TRTLLM_ACTIVATIONS),
@@ -187,7 +173,7 @@ RECORDS = (
         intermediate_multiple=64,
         intermediate_multiple_non_gated=128,
         hidden_multiple=16,
-        violations=fi.cutlass_nvfp4_violations,
+        violations=lambda i, h, gated, e: fi.cutlass_nvfp4_violations(i, h, gated),
         kernel=kernels.run_cutlass_fp4_moe,
         kernel_activations=tuple(kernels.CUTLASS_ACTIVATIONS),
         tolerance=FLASHINFER_FP4_BOUND,
@@ -209,7 +195,7 @@ PER_TOKEN_RECORD = Nvfp4MoeRecord(
     intermediate_multiple_non_gated=128,
     hidden_multiple=256,
     hidden_multiple_non_gated=512,
-    violations=fi.trtllm_per_token_nvfp4_violations,
+    violations=lambda i, h, gated, e: fi.trtllm_per_token_nvfp4_violations(i, h, gated),
     prepare=kernels.trtllm_fp4_weights,
 )
 """trtllm-gen with a dynamic per-token activation scale (ModelOpt ``kNvfp4DynamicToken`` checkpoints).
@@ -238,7 +224,7 @@ CUTEDSL_RECORD = Nvfp4MoeRecord(
     intermediate_multiple=64,
     intermediate_multiple_non_gated=128,
     hidden_multiple=256,
-    violations=cutedsl.cutedsl_nvfp4_violations,
+    violations=lambda i, h, gated, e: cutedsl.cutedsl_nvfp4_violations(i, h, gated),
     prepare=cutedsl.cutedsl_fp4_weights,
     kernel_requires=("sm100", "flashinfer"),
     kernel=cutedsl.run_cutedsl_fp4_moe,
@@ -271,7 +257,7 @@ B12X_RECORD = Nvfp4MoeRecord(
     intermediate_multiple=64,
     intermediate_multiple_non_gated=128,
     hidden_multiple=16,
-    violations=b12x.b12x_nvfp4_violations,
+    violations=lambda i, h, gated, e: b12x.b12x_nvfp4_violations(i, h, gated),
 )
 """The ``b12x`` library's NVFP4 MoE (vLLM 0.33.0 ``B12X``, SM120/SM121).
 
@@ -294,7 +280,7 @@ VLLM_CUTLASS_RECORD = Nvfp4MoeRecord(
     intermediate_multiple=64,
     intermediate_multiple_non_gated=128,
     hidden_multiple=128,
-    violations=vllm_cutlass_moe.vllm_cutlass_nvfp4_violations,
+    violations=lambda i, h, gated, e: vllm_cutlass_moe.vllm_cutlass_nvfp4_violations(i, h, gated),
 )
 """vLLM's own CUTLASS NVFP4 MoE (vLLM 0.33.0 ``VLLM_CUTLASS``, SM100).
 

@@ -42,7 +42,7 @@ def _triton_sm90(point: Point) -> list[str]:
     k, groups_to = int(point["k"]), int(point["groups_to"])
     stored = tk.stored_scale_groups(k, max(groups_to, tk.HOPPER_SCALE_ALIGN_K))
     violations = record(Mxfp4MoeBackend.TRITON_SM90).violations
-    return violations(tk.contract_k(k, stored) if groups_to > 1 else k, 2 * tk.HOPPER_BLOCK_K, 2)
+    return violations(tk.contract_k(k, stored) if groups_to > 1 else k, 2 * tk.HOPPER_BLOCK_K, True, 2)
 
 
 def _aiter_triton(point: Point) -> list[str]:

@@ -21,24 +21,38 @@ from reference.padding import pad_dim
 from strategies.catalog import SWIGLU
 from strategies.moe import MoeShape
 from strategies.mxfp4_moe import Mxfp4MoeConfig
-from strategies.tensors import MoeCase, dequantize_moe, generator, moe_case, real_channels, routed_experts_only
-
-
-def align_nvfp4(shape: MoeShape, backend: Nvfp4MoeBackend, policy: MoeAlignment) -> tuple[AlignedMoe, MoeCase]:
-    """The NVFP4 layer of ``shape`` (:func:`strategies.tensors.moe_case`) and ``policy``'s alignment of it."""
-    case = moe_case(shape, NVFP4_BLOCK)
-    return align_checked(policy, backend, case.weights, shape.gated, shape.describe()), case
+from strategies.tensors import dequantize_moe, generator, moe_case, real_channels, routed_experts_only
 
 
 @dataclass(frozen=True)
-class Mxfp4Case:
-    """``checkpoint``: the loader's shard in the checkpoint's FC1 form (the policy's input);
-    ``real``: the rank's real channels only, stacked ``[gate; up]`` (the unpadded layer)."""
+class MoeLayer:
+    """One rank's MoE layer of a drawn configuration, in any format.
+
+    ``checkpoint``: the policy's input (FC1 rows in the form the contract hands it: NVFP4 FlashInfer's
+    ``[up; gate]``, MXFP4 the checkpoint's); ``real``: the rank's real channels only (the unpadded layer,
+    FC1 rows in ``real.fc1_layout``); ``x [T, H]`` and ``logits [T, E]``: the inputs; ``w13_decode``,
+    ``w2_decode [E]``: per-expert decode global scales (NVFP4's; ones for MXFP4, whose scales are absolute).
+    """
 
     checkpoint: MoeWeights
     real: MoeWeights
     x: torch.Tensor
     logits: torch.Tensor
+    w13_decode: torch.Tensor
+    w2_decode: torch.Tensor
+
+
+def nvfp4_layer(shape: MoeShape) -> MoeLayer:
+    """The NVFP4 layer of ``shape`` from its seed (:func:`strategies.tensors.moe_case`, halves ``[up; gate]``)."""
+    case = moe_case(shape, NVFP4_BLOCK)
+    real = real_channels(case.weights, shape.gated, shape.real_intermediate)
+    return MoeLayer(case.weights, real, case.x, case.logits, case.w13_decode, case.w2_decode)
+
+
+def align_nvfp4(shape: MoeShape, backend: Nvfp4MoeBackend, policy: MoeAlignment) -> tuple[AlignedMoe, MoeLayer]:
+    """The NVFP4 layer of ``shape`` (:func:`nvfp4_layer`) and ``policy``'s alignment of it."""
+    layer = nvfp4_layer(shape)
+    return align_checked(policy, backend, layer.checkpoint, shape.gated, shape.describe()), layer
 
 
 def _biases(config: Mxfp4MoeConfig) -> dict[str, torch.Tensor]:
@@ -53,8 +67,9 @@ def _biases(config: Mxfp4MoeConfig) -> dict[str, torch.Tensor]:
     return {"w13_bias": b13.flatten(1), "w2_bias": b2}
 
 
-def build_case(config: Mxfp4MoeConfig) -> Mxfp4Case:
-    """The layer of ``config`` from its seed (:func:`strategies.tensors.moe_case`, halves ``[gate; up]``)."""
+def mxfp4_layer(config: Mxfp4MoeConfig) -> MoeLayer:
+    """The MXFP4 layer of ``config`` from its seed (:func:`strategies.tensors.moe_case`, halves ``[gate; up]``),
+    its checkpoint in ``config.form``'s FC1 layout."""
     case = moe_case(config.shape, MXFP4_BLOCK)
     stacked = replace(case.weights, fc1_layout=Fc1Layout.GATE_UP, **(_biases(config) if config.bias else {}))
     real, b13 = config.shape.real_intermediate, stacked.w13_bias
@@ -64,36 +79,38 @@ def build_case(config: Mxfp4MoeConfig) -> Mxfp4Case:
         w13_bias=None if b13 is None else b13.unflatten(-1, (2, -1))[..., :real].flatten(1),
         w2_bias=stacked.w2_bias,
     )
-    return Mxfp4Case(relayout_moe(stacked, config.form.layout), unpadded, case.x, case.logits)
+    checkpoint = relayout_moe(stacked, config.form.layout)
+    return MoeLayer(checkpoint, unpadded, case.x, case.logits, case.w13_decode, case.w2_decode)
 
 
-def align_mxfp4(config: Mxfp4MoeConfig, backend: Mxfp4MoeBackend, policy: MoeAlignment) -> tuple[AlignedMoe, Mxfp4Case]:
-    """The MXFP4 layer of ``config`` (:func:`build_case`) and ``policy``'s alignment of its checkpoint."""
-    case = build_case(config)
-    return align_checked(policy, backend, case.checkpoint, True, config.describe()), case
+def align_mxfp4(config: Mxfp4MoeConfig, backend: Mxfp4MoeBackend, policy: MoeAlignment) -> tuple[AlignedMoe, MoeLayer]:
+    """The MXFP4 layer of ``config`` (:func:`mxfp4_layer`) and ``policy``'s alignment of its checkpoint."""
+    layer = mxfp4_layer(config)
+    return align_checked(policy, backend, layer.checkpoint, True, config.describe()), layer
 
 
 def reference_output(
     w: MoeWeights,
     layout: Fc1Layout,
-    case: Mxfp4Case,
-    config: Mxfp4MoeConfig,
+    layer: MoeLayer,
+    shape: MoeShape,
     x: torch.Tensor | None = None,
     requantize: Callable[[torch.Tensor], torch.Tensor] | None = None,
 ) -> torch.Tensor:
-    """Reference MoE output ``[T, H]`` of MXFP4 experts whose FC1 rows are read in ``layout`` (only the routed
-    experts dequantized: :func:`~strategies.tensors.routed_experts_only`)."""
-    weights, ids = route(case.logits, config.shape.top_k)
-    w, _, ids = routed_experts_only(w, ids)
-    ones = torch.ones(w.w13.shape[0])
-    w13, w2 = dequantize_moe(w, ones, ones)
-    w13 = relayout_fc1(w13, layout, Fc1Layout.GATE_UP)
-    b13 = None if w.w13_bias is None else relayout_fc1(w.w13_bias, layout, Fc1Layout.GATE_UP, dim=-1)
-    xp = pad_dim(case.x if x is None else x, -1, w13.shape[-1])
-    out = moe_reference(
-        xp, w13, w2, weights, ids, config.shape.activation, GateUpOrder.GATE_UP, b13, w.w2_bias, requantize
-    )
-    return out[:, : config.shape.hidden]
+    """Reference MoE output ``[T, H]`` of experts ``w`` whose gated FC1 rows are read in ``layout``, decoded
+    with ``layer``'s per-expert scales, on ``x`` (default ``layer.x``), ``requantize`` applied to the activated
+    intermediate. Only the routed experts are dequantized (:func:`~strategies.tensors.routed_experts_only`);
+    every matmul is exact, so the row order FC1 is read in does not change a bit."""
+    weights, ids = route(layer.logits, shape.top_k)
+    w, experts, ids = routed_experts_only(w, ids)
+    w13, w2 = dequantize_moe(w, layer.w13_decode[experts], layer.w2_decode[experts])
+    b13 = w.w13_bias
+    if shape.gated:
+        w13 = relayout_fc1(w13, layout, Fc1Layout.GATE_UP)
+        b13 = None if b13 is None else relayout_fc1(b13, layout, Fc1Layout.GATE_UP, dim=-1)
+    xp = pad_dim(layer.x if x is None else x, -1, w13.shape[-1])
+    out = moe_reference(xp, w13, w2, weights, ids, shape.activation, GateUpOrder.GATE_UP, b13, w.w2_bias, requantize)
+    return out[:, : shape.hidden]
 
 
 def silu_no_bias(config: Mxfp4MoeConfig) -> Mxfp4MoeConfig:

@@ -16,9 +16,10 @@ from hypothesis import currently_in_test_context, reject
 
 from contracts.errors import CheckpointNotServed, UnsupportedConfig
 from contracts.moe import TENSOR_DTYPES, AlignedMoe, MoeAlignment, MoeWeights
-from harness.repro import record_event
+from harness.properties import record_event
 from reference.errors import NanEncodingError
 from reference.formats import NVFP4_BLOCK, fp4_bytes_zero, scale_bytes_finite
+from reference.layouts import Fc1Layout, split_fc1
 
 TENSORS = ("w13", "w13_scale", "w2", "w2_scale", "w13_bias", "w2_bias")
 
@@ -91,6 +92,11 @@ def pad_rule(tensor: str, block: int) -> PadRule:
     return PadRule("E2M1 zero codes (nibbles 0x0 or 0x8)", fp4_bytes_zero)
 
 
+def fc1_parts(x: torch.Tensor, layout: Fc1Layout, gated: bool, dim: int = -2) -> dict[str, torch.Tensor]:
+    """FC1 rows by projection: ``gate`` and ``up`` of a gated layer (read in ``layout``), else the one ``FC1``."""
+    return dict(zip(("gate", "up"), split_fc1(x, layout, dim), strict=True)) if gated else {"FC1": x}
+
+
 def assert_embedded(name: str, src: torch.Tensor, dst: torch.Tensor, pad: PadRule) -> None:
     """``src`` sits in the leading corner of ``dst`` (same leading dims) and every other element
     satisfies ``pad``."""
@@ -128,21 +134,18 @@ def assert_idempotent(policy: MoeAlignment, backend: enum.Enum, aligned: Aligned
         assert (a is None) == (b is None) and (a is None or torch.equal(a, b)), f"not idempotent: {name} changed"
 
 
-def output_or_failure(compute: Callable[[], torch.Tensor], context: str) -> torch.Tensor:
-    """``compute()``, the reference output of one side of an invariance property.
+def assert_bit_identical(compute: Callable[[], torch.Tensor], want: torch.Tensor, context: str) -> None:
+    """``compute()`` (one side of an invariance property) equals ``want`` bit for bit; the message gives the
+    largest difference.
 
-    A NaN that reaches the reference's FP4/FP8 re-quantization (weights whose padding decodes to
-    NaN) fails the property with its own message, ``"{context}: NaN"``, instead of surfacing as a
-    reference encoding error.
+    A NaN that reaches the reference's FP4/FP8 re-quantization inside ``compute`` (weights whose padding
+    decodes to NaN) fails the property with its own message, ``"{context}: NaN"``, instead of surfacing as
+    a reference encoding error.
     """
     try:
-        return compute()
+        got = compute()
     except NanEncodingError as exc:
         raise AssertionError(f"{context}: NaN ({exc})") from exc
-
-
-def assert_bit_identical(got: torch.Tensor, want: torch.Tensor, context: str) -> None:
-    """``got`` equals ``want`` bit for bit; the message gives the largest difference."""
     if not torch.equal(got, want):
         diff = (got - want).abs().max().item()
         raise AssertionError(

@@ -5,7 +5,20 @@ from __future__ import annotations
 
 from strategies.catalog import Parallel
 from strategies.linear import pinned_linear
+from strategies.moe import pinned_shape
 from strategies.mxfp4_moe import pinned_config
+
+NVFP4_MOE_REGRESSIONS = (
+    pinned_shape("gemma-4-26b-a4b", 4),  # vLLM #46879 / FlashInfer #3206: rows 352
+    pinned_shape("gemma-4-26b-a4b", 2),  # vLLM #55649: 352 -> 384 end-padded
+    pinned_shape("glm-4.5-air", 8),  # I = 176, rows 352
+    pinned_shape("mellum2-12b-a2.5b", 4),  # I = 224, rows 448
+    pinned_shape("qwen3-30b-a3b", 8),  # I = 96, rows 192
+    pinned_shape("nemotron-3-nano-30b-a3b", 1),  # non-gated I = 1856 (FlashInfer #4653)
+    pinned_shape("nemotron-3-nano-30b-a3b", 2),  # non-gated I = 928
+)
+"""``nvfp4_moe``: Gemma-4-26B-A4B at TP=4 (vLLM #46879, the ``M % 128`` assert) and TP=2 (vLLM #55649, silent
+gate/up mispairing), GLM-4.5-Air TP=8, Mellum2 TP=4, Qwen3-30B-A3B TP=8 and Nemotron-3-Nano TP=1/2 (non-gated)."""
 
 MXFP4_MOE_REGRESSIONS = (
     pinned_config("gpt-oss-120b", 4),  # I 736 per rank (docs/models.md §4)

@@ -12,42 +12,45 @@ padded silently); ``w2_bias`` is held whole by one TP rank of its expert's EP ra
 ranks' partial MoE outputs, biases included, sum to the unsharded layer's (a rank without channels
 contributes at most the ``w2_bias`` it holds, a rank without experts exactly zero).
 
+Each property runs once per format (``test_NAME_nvfp4``, ``test_NAME_mxfp4``: the format's groups are drawn),
+with the format's kernel backends as the test's parameter (``--backend`` and the records' markers apply).
 Pinned: Gemma-4-26B-A4B at TP=8 (704/8 = 88 channels straddle 16-groups, ``docs/vllm-logic.md §15``),
-gpt-oss-120b at TP=8 (2880 = 90 MXFP4 blocks over 8 ranks: 12 blocks each, the last rank 6),
-Qwen3-30B-A3B at TP=16 (768/16 = 48: 3 NVFP4 groups per rank) and gpt-oss-120b with biases at
-TP=2 x EP=4 over 6 experts (``E % ep = 2``: EP ranks of 2, 2, 1 and 1 experts).
+Qwen3-30B-A3B at TP=16 (768/16 = 48: 3 NVFP4 groups per rank), gpt-oss-120b at TP=8 (2880 = 90 MXFP4
+blocks over 8 ranks: 12 blocks each, the last rank 6) and gpt-oss-120b with biases at TP=2 x EP=4 over 6
+experts (``E % ep = 2``: EP ranks of 2, 2, 1 and 1 experts).
 """
 
 from __future__ import annotations
 
+import enum
 import math
 from dataclasses import replace
 
 import pytest
 import torch
-from hypothesis import given
 
-from conformance.moe_checks import PadRule, assert_embedded, assert_shapes, pad_rule
+from conformance.moe_checks import PadRule, assert_embedded, assert_shapes, fc1_parts, pad_rule
+from conformance.moe_formats import MXFP4, NVFP4
 from contracts.errors import UnsupportedConfig
 from contracts.moe import AlignedMoe, MoeWeights, relayout_moe, select_experts
 from contracts.moe_sharding import CONTRACT, MoeSharding, RankShard, ShardRefused, rank_coordinates
-from harness.repro import check, record_event, run_check
-from reference.layouts import Fc1Layout, relayout_fc1, split_fc1
+from harness.properties import check, property_test, record_event
+from reference.layouts import Fc1Layout, relayout_fc1
 from reference.moe import GateUpOrder, activate, route
 from strategies.moe import MoeShape, Sharding
 from strategies.moe_sharding import ShardingConfig, pinned_sharding, sharding_configs
-from strategies.pins import pinned_examples
 from strategies.tensors import MoeCase, dequantize_moe, generator, moe_case
 
 pytestmark = [pytest.mark.contract(CONTRACT)]
 
-REGRESSIONS = (
-    pinned_sharding("gemma-4-26b-a4b", 8),
-    pinned_sharding("gpt-oss-120b", 8, block=32),
-    pinned_sharding("qwen3-30b-a3b", 16),
-    pinned_sharding("gpt-oss-120b", 2, 32, ep=4, experts=6, bias=True),
-)
-pinned = pinned_examples("config", REGRESSIONS)
+REGRESSIONS = {
+    NVFP4.name: (pinned_sharding("gemma-4-26b-a4b", 8), pinned_sharding("qwen3-30b-a3b", 16)),
+    MXFP4.name: (
+        pinned_sharding("gpt-oss-120b", 8, block=32),
+        pinned_sharding("gpt-oss-120b", 2, 32, ep=4, experts=6, bias=True),
+    ),
+}
+"""The pinned layers of each format's tests."""
 
 SUM_TOLERANCE = 2.0**-30
 """Relative to ``S = Σ_j w_j·(|a|·|W2|ᵀ)`` per output element. Both sides are computed in fp64 from
@@ -86,14 +89,14 @@ def refusable(config: ShardingConfig) -> str | None:
     return None
 
 
-def shard_checked(config: ShardingConfig, policy: MoeSharding, weights: MoeWeights) -> tuple[RankShard, ...] | None:
-    """The policy's shards; a refusal is accepted (None) only where :func:`refusable`. A policy without a
+def shard_checked(
+    config: ShardingConfig, backend: enum.Enum | None, policy: MoeSharding, weights: MoeWeights
+) -> tuple[RankShard, ...] | None:
+    """The policy's shards for the kernel ``backend``'s layer; a refusal is accepted (None) only where :func:`refusable`. A policy without a
     loader for the checkpoint's form (an engine that serves no such checkpoint) raises
     :class:`~contracts.errors.UnsupportedConfig`: recorded as an event, not a verdict."""
     try:
-        shards = tuple(
-            policy.shard_moe(weights, config.gated, config.tp, ep=config.ep_size, backend=config.kernel_backend)
-        )
+        shards = tuple(policy.shard_moe(weights, config.gated, config.tp, ep=config.ep_size, backend=backend))
     except UnsupportedConfig as exc:
         record_event(f"checkpoint form not served: {exc}")
         return None
@@ -115,11 +118,6 @@ def assert_placed(name: str, src: torch.Tensor, dst: torch.Tensor, dim: int, sta
     bad = front[~pad.allowed(front)]
     assert bad.numel() == 0, f"{name}: {bad.numel()} value(s) in front of the real channels are not {pad.what}"
     assert_embedded(name, src, dst.narrow(dim, start, dst.shape[dim] - start), pad)
-
-
-def fc1_parts(x: torch.Tensor, layout: Fc1Layout, gated: bool, dim: int = -2) -> dict[str, torch.Tensor]:
-    """FC1 rows by projection: ``gate`` and ``up`` of a gated layer, else the one ``FC1``."""
-    return dict(zip(("gate", "up"), split_fc1(x, layout, dim), strict=True)) if gated else {"FC1": x}
 
 
 def assert_experts_placed(config: ShardingConfig, shards: tuple[RankShard, ...]) -> None:
@@ -155,7 +153,7 @@ def assert_whole_groups(rank: int, shard: RankShard, g: int, consequence: str) -
 
 
 @check(CONTRACT, ShardingConfig)
-def check_every_element_on_one_rank(config: ShardingConfig, backend: None, policy: MoeSharding) -> None:
+def check_every_element_on_one_rank(config: ShardingConfig, backend: enum.Enum | None, policy: MoeSharding) -> None:
     """Every expert lives on one EP rank, split by all of its TP ranks; within an EP rank the TP ranks hold
     whole groups of consecutive channels that together cover the layer once; every rank's FC1 rows (both
     projections), FC2 columns, scales and ``w13_bias`` are the checkpoint's at its experts and channels, at
@@ -164,7 +162,7 @@ def check_every_element_on_one_rank(config: ShardingConfig, backend: None, polic
     and is zero on the others."""
     case = global_layer(config)
     src = case.weights
-    shards = shard_checked(config, policy, src)
+    shards = shard_checked(config, backend, policy, src)
     if shards is None:
         return
     assert_experts_placed(config, shards)
@@ -270,12 +268,12 @@ def partial_output(
 
 
 @check(CONTRACT, ShardingConfig)
-def check_ranks_sum_to_layer(config: ShardingConfig, backend: None, policy: MoeSharding) -> None:
+def check_ranks_sum_to_layer(config: ShardingConfig, backend: enum.Enum | None, policy: MoeSharding) -> None:
     """The TP x EP ranks' partial MoE outputs (biases included) sum to the unsharded layer's output
     (within :data:`SUM_TOLERANCE` of its magnitude); a rank without channels contributes nothing but
     the ``w2_bias`` it holds, a rank without experts exactly zero."""
     case = global_layer(config)
-    shards = shard_checked(config, policy, case.weights)
+    shards = shard_checked(config, backend, policy, case.weights)
     if shards is None:
         return
     out, bias, mag = partial_output(case.weights, tuple(range(config.experts)), case, config)
@@ -309,13 +307,14 @@ def check_ranks_sum_to_layer(config: ShardingConfig, backend: None, policy: MoeS
     record_event(f"TP={config.tp} EP={config.ep_size}: {math.ceil(config.intermediate / config.block)} groups")
 
 
-@given(config=sharding_configs())
-@pinned
-def test_every_element_on_one_rank(config: ShardingConfig, policy: MoeSharding) -> None:
-    run_check(check_every_element_on_one_rank, config, None, policy)
+for _check in (check_every_element_on_one_rank, check_ranks_sum_to_layer):
+    for _fmt in (NVFP4, MXFP4):
+        property_test(
+            _check,
+            name=f"test_{_check.__name__.removeprefix('check_')}_{_fmt.name}",
+            strategy=sharding_configs(_fmt.block),
+            pins=REGRESSIONS[_fmt.name],
+            backends=tuple(_fmt.backends),
+        )
 
-
-@given(config=sharding_configs())
-@pinned
-def test_ranks_sum_to_layer(config: ShardingConfig, policy: MoeSharding) -> None:
-    run_check(check_ranks_sum_to_layer, config, None, policy)
+del _check, _fmt

@@ -28,17 +28,15 @@ from backends import record
 from backends.mxfp4_moe import CONTRACT, Mxfp4MoeBackend
 from conformance.layers import align_mxfp4, reference_output, silu_no_bias
 from conformance.moe_checks import (
-    assert_bit_identical,
     assert_embedded,
-    assert_idempotent,
-    assert_minimal,
-    assert_shapes,
     pad_rule,
 )
+from conformance.moe_formats import MXFP4
+from conformance.moe_properties import moe_alignment_properties
 from conformance.regressions import MXFP4_MOE_REGRESSIONS
 from contracts.errors import LibraryUnavailable
 from contracts.moe import MoeAlignment, relayout_moe
-from harness.properties import ALL_BACKENDS, check, record_error
+from harness.properties import check, record_error
 from reference.errors import require
 from reference.formats import (
     MXFP4_BLOCK,
@@ -67,82 +65,15 @@ from reference.layouts import (
 from reference.moe import route
 from reference.padding import pad_dim
 from strategies.catalog import SWIGLU
-from strategies.mxfp4_moe import Mxfp4MoeConfig, mxfp4_moe_configs
+from strategies.mxfp4_moe import Mxfp4MoeConfig
 
 pytestmark = [pytest.mark.contract(CONTRACT)]
 
 
-CONFIGS = mxfp4_moe_configs()
+CONFIGS = MXFP4.strategy
 
 
-# --- the layer of a configuration -------------------------------------------------------------
-
-
-# --- properties for every backend ---------------------------------------------------------------
-
-
-@check(CONTRACT, Mxfp4MoeConfig, strategy=CONFIGS, pins=MXFP4_MOE_REGRESSIONS, backends=ALL_BACKENDS)
-def check_backend_accepts(config: Mxfp4MoeConfig, backend: Mxfp4MoeBackend, policy: MoeAlignment) -> None:
-    """The padded sizes pass the backend library's own helpers and documented rules."""
-    aligned, _ = align_mxfp4(config, backend, policy)
-    ip, hp = aligned.intermediate_size, aligned.hidden_size
-    problems = record(backend).violations(ip, hp, config.shape.experts)
-    assert not problems, f"{backend.value} rejects Ip={ip}, Hp={hp}: " + "; ".join(problems)
-
-
-@check(CONTRACT, Mxfp4MoeConfig, strategy=CONFIGS, pins=MXFP4_MOE_REGRESSIONS, backends=ALL_BACKENDS)
-def check_padding_invariance(config: Mxfp4MoeConfig, backend: Mxfp4MoeBackend, policy: MoeAlignment) -> None:
-    """The reference output of the padded weights, FC1 rows read as the backend's kernel reads them,
-    equals the output of the rank's real channels bit for bit."""
-    aligned, case = align_mxfp4(config, backend, policy)
-    layout = record(backend).fc1_layout
-    want = reference_output(case.real, Fc1Layout.GATE_UP, case, config)
-    got = reference_output(aligned.weights, layout, case, config)
-    assert_bit_identical(
-        got,
-        want,
-        f"padding changed the MoE output ({backend.value} reads FC1 rows as {layout.value}; "
-        f"I {config.shape.intermediate} -> {aligned.intermediate_size}, H {config.shape.hidden} -> {aligned.hidden_size})",
-    )
-
-
-@check(CONTRACT, Mxfp4MoeConfig, strategy=CONFIGS, pins=MXFP4_MOE_REGRESSIONS, backends=ALL_BACKENDS)
-def check_gate_up_pairing(config: Mxfp4MoeConfig, backend: Mxfp4MoeBackend, policy: MoeAlignment) -> None:
-    """Read in the kernel's FC1 order, gate and up rows (weights, scales, bias) are the checkpoint's
-    with zero rows appended per half; FC2 keeps its block; the declared layout is the kernel's."""
-    aligned, case = align_mxfp4(config, backend, policy)
-    assert_shapes(aligned, config.shape.experts, 2)
-    w, src, layout = aligned.weights, case.checkpoint, record(backend).fc1_layout
-    for name, dim in (("w13", -2), ("w13_scale", -2), ("w13_bias", -1)):
-        before, after = getattr(src, name), getattr(w, name)
-        if before is None:
-            continue
-        assert after is not None, f"the policy dropped {name}"
-        pairs = zip(("gate", "up"), split_fc1(before, src.fc1_layout, dim), split_fc1(after, layout, dim), strict=True)
-        for half, original, padded in pairs:
-            label = f"{name} {half} rows as {backend.value} reads them ({layout.value})"
-            assert_embedded(label, original, padded, pad_rule(name, MXFP4_BLOCK))
-    for name in ("w2", "w2_scale", "w2_bias"):
-        if getattr(src, name) is not None:
-            assert_embedded(name, getattr(src, name), getattr(w, name), pad_rule(name, MXFP4_BLOCK))
-    assert w.fc1_layout is layout, (
-        f"the policy labels FC1 rows {w.fc1_layout.value}; {backend.value} reads {layout.value}"
-    )
-
-
-@check(CONTRACT, Mxfp4MoeConfig, strategy=CONFIGS, pins=MXFP4_MOE_REGRESSIONS, backends=ALL_BACKENDS)
-def check_minimal_and_idempotent(config: Mxfp4MoeConfig, backend: Mxfp4MoeBackend, policy: MoeAlignment) -> None:
-    """No smaller whole-block size is accepted by the backend, and aligning again changes nothing."""
-    aligned, _ = align_mxfp4(config, backend, policy)
-    ip, hp, e, violations = (
-        aligned.intermediate_size,
-        aligned.hidden_size,
-        config.shape.experts,
-        record(backend).violations,
-    )
-    assert_minimal(lambda i: violations(i, hp, e), "I", config.shape.intermediate, ip, MXFP4_BLOCK)
-    assert_minimal(lambda h: violations(ip, h, e), "H", config.shape.hidden, hp, MXFP4_BLOCK)
-    assert_idempotent(policy, backend, aligned, True)
+moe_alignment_properties(MXFP4, globals())
 
 
 # --- FlashInfer TRT-LLM ---------------------------------------------------------------------------
@@ -389,7 +320,9 @@ def check_trtllm_kernel(config: Mxfp4MoeConfig, backend: Mxfp4MoeBackend, policy
         (False, r.tolerances["bf16 relative L2"]), (True, r.tolerances["mxfp8 relative L2"])
     )]  # fmt: skip
     for mxfp8, tol, out, fed in runs:
-        want = reference_output(case.real, Fc1Layout.GATE_UP, case, config, x=fed, requantize=None if mxfp8 else _bf16)
+        want = reference_output(
+            case.real, Fc1Layout.GATE_UP, case, config.shape, x=fed, requantize=None if mxfp8 else _bf16
+        )
         label = "MXFP8" if mxfp8 else "BF16"
         assert torch.isfinite(out).all(), f"trtllm-gen MXFP4 x {label} returned non-finite values"
         err = _rel_l2(out, want)
@@ -433,7 +366,7 @@ def check_aiter_kernel(config: Mxfp4MoeConfig, backend: Mxfp4MoeBackend, policy:
     def requantize(a: torch.Tensor) -> torch.Tensor:
         return mxfp4_dequantize(mxfp4_quantize(a, MxScaleRounding.RCEIL))
 
-    want = reference_output(case.real, Fc1Layout.GATE_UP, case, config, x=fed, requantize=requantize)
+    want = reference_output(case.real, Fc1Layout.GATE_UP, case, config.shape, x=fed, requantize=requantize)
     assert torch.isfinite(out).all(), "aiter.fused_moe returned non-finite values (AITER #3117 / #3964 class)"
     x64, y64 = want.double(), out.double()
     diff = 1 - 2 * (x64 * y64).sum().item() / (x64.square() + y64.square()).sum().clamp_min(1e-300).item()

@@ -2,11 +2,12 @@
 
 For every MoE shape a catalogued model produces at any TP degree (and adversarial ones), the
 policy under test pads one rank's NVFP4 expert weights so that FlashInfer's preparation accepts
-them, and the padding leaves the layer's output unchanged. Each property is a ``check_*``
-function; :func:`harness.properties.check` generates its Hypothesis test, and any failure prints
-a one-line reproduction. Pinned regressions (``@example``): Gemma-4-26B-A4B at TP=4 (vLLM #46879, the
-``M % 128`` assert) and TP=2 (vLLM #55649, silent gate/up mispairing), GLM-4.5-Air TP=8,
-Mellum2 TP=4, Qwen3-30B-A3B TP=8 and Nemotron-3-Nano TP=1/2 (non-gated).
+them, and the padding leaves the layer's output unchanged. The four generic MoE properties
+(``check_backend_accepts``, ``check_padding_invariance``, ``check_gate_up_layout``,
+``check_minimal_and_idempotent``) are :mod:`conformance.moe_properties`' over the format record
+:data:`conformance.moe_formats.NVFP4`; this module adds FlashInfer's trtllm-gen round trip and scale
+interleave kernel. :func:`harness.properties.check` generates each Hypothesis test, and any failure
+prints a one-line reproduction. Pinned regressions (``@example``): ``conformance.regressions.NVFP4_MOE_REGRESSIONS``.
 """
 
 from __future__ import annotations
@@ -18,118 +19,26 @@ from adapters import flashinfer as fi
 from backends import record
 from backends.nvfp4_moe import CONTRACT, Nvfp4MoeBackend
 from conformance.layers import align_nvfp4
-from conformance.moe_checks import (
-    assert_bit_identical,
-    assert_embedded,
-    assert_idempotent,
-    assert_minimal,
-    assert_shapes,
-    output_or_failure,
-    pad_rule,
-)
+from conformance.moe_formats import NVFP4
+from conformance.moe_properties import moe_alignment_properties
+from conformance.regressions import NVFP4_MOE_REGRESSIONS
 from contracts.moe import MoeAlignment
-from harness.properties import ALL_BACKENDS, check, record_error
-from reference.formats import NVFP4_BLOCK, GlobalScale, nvfp4_dequantize, nvfp4_quantize
+from harness.properties import check, record_error
 from reference.layouts import inverse_permutation, swizzle_128x4, unswizzle_128x4
-from reference.moe import GateUpOrder, moe_reference, route
-from reference.padding import pad_dim
-from strategies.moe import MoeShape, moe_shapes, pinned_shape
-from strategies.tensors import dequantize_moe, real_channels, routed_experts_only
+from strategies.moe import MoeShape, moe_shapes
 
 pytestmark = [pytest.mark.contract(CONTRACT)]
 
-INTERMEDIATE_DECODE = 2.0**-3
-"""Fixed decode global scale of the re-quantized intermediate (a calibrated constant in a real model)."""
-
-REGRESSIONS = (
-    pinned_shape("gemma-4-26b-a4b", 4),  # vLLM #46879 / FlashInfer #3206: rows 352
-    pinned_shape("gemma-4-26b-a4b", 2),  # vLLM #55649: 352 -> 384 end-padded
-    pinned_shape("glm-4.5-air", 8),  # I = 176, rows 352
-    pinned_shape("mellum2-12b-a2.5b", 4),  # I = 224, rows 448
-    pinned_shape("qwen3-30b-a3b", 8),  # I = 96, rows 192
-    pinned_shape("nemotron-3-nano-30b-a3b", 1),  # non-gated I = 1856 (FlashInfer #4653)
-    pinned_shape("nemotron-3-nano-30b-a3b", 2),  # non-gated I = 928
-)
-
 TRTLLM = [Nvfp4MoeBackend.FLASHINFER_TRTLLM]
 
-
-@check(CONTRACT, MoeShape, strategy=moe_shapes(), pins=REGRESSIONS, backends=ALL_BACKENDS)
-def check_flashinfer_accepts(shape: MoeShape, backend: Nvfp4MoeBackend, policy: MoeAlignment) -> None:
-    """The padded sizes pass FlashInfer's real prep helpers and the backend's layout rules."""
-    aligned, _ = align_nvfp4(shape, backend, policy)
-    problems = record(backend).violations(aligned.intermediate_size, aligned.hidden_size, shape.gated)
-    assert not problems, (
-        f"{backend.value} rejects Ip={aligned.intermediate_size}, Hp={aligned.hidden_size}: " + "; ".join(problems)
-    )
-
-
-def moe_output(aligned_or_case_weights, case, shape: MoeShape, hidden: int) -> torch.Tensor:
-    """Reference MoE output ``[T, hidden]`` of ``[up; gate]`` NVFP4 weights, intermediate re-quantized
-    (only the routed experts dequantized: :func:`~strategies.tensors.routed_experts_only`)."""
-    weights, ids = route(case.logits, shape.top_k)
-    routed, experts, ids = routed_experts_only(aligned_or_case_weights, ids)
-    w13, w2 = dequantize_moe(routed, case.w13_decode[experts], case.w2_decode[experts])
-    x = pad_dim(case.x, -1, w13.shape[-1])
-
-    def requantize(a: torch.Tensor) -> torch.Tensor:
-        q = nvfp4_quantize(a, INTERMEDIATE_DECODE, GlobalScale.DECODE)
-        return nvfp4_dequantize(q, INTERMEDIATE_DECODE, GlobalScale.DECODE)
-
-    out = moe_reference(x, w13, w2, weights, ids, shape.activation, GateUpOrder.UP_GATE, requantize=requantize)
-    return out[:, :hidden]
-
-
-@check(CONTRACT, MoeShape, strategy=moe_shapes(), pins=REGRESSIONS, backends=ALL_BACKENDS)
-def check_padding_invariance(shape: MoeShape, backend: Nvfp4MoeBackend, policy: MoeAlignment) -> None:
-    """The reference MoE output on the padded weights equals the unpadded output bit for bit."""
-    aligned, case = align_nvfp4(shape, backend, policy)
-    real = real_channels(case.weights, shape.gated, shape.real_intermediate)
-    context = (
-        f"padding changed the MoE output (I {shape.intermediate} -> {aligned.intermediate_size}, "
-        f"H {shape.hidden} -> {aligned.hidden_size})"
-    )
-    assert_bit_identical(
-        output_or_failure(lambda: moe_output(aligned.weights, case, shape, shape.hidden), context),
-        moe_output(real, case, shape, shape.hidden),
-        context,
-    )
-
-
-@check(CONTRACT, MoeShape, strategy=moe_shapes(), pins=REGRESSIONS, backends=ALL_BACKENDS)
-def check_layout_contract(shape: MoeShape, backend: Nvfp4MoeBackend, policy: MoeAlignment) -> None:
-    """Shapes and dtypes match ``uint8 [E, F·Ip, Hp/2]`` etc., each gate/up half keeps its rows at
-    ``[h·Ip, h·Ip+I)``, original columns keep their place, every added weight code is an E2M1 zero and
-    every added scale code is finite (:func:`~conformance.moe_checks.pad_rule`)."""
-    aligned, case = align_nvfp4(shape, backend, policy)
-    f, i, ip = 2 if shape.gated else 1, shape.intermediate, aligned.intermediate_size
-    assert ip >= i and aligned.hidden_size >= shape.hidden, f"policy shrank sizes: I {i} -> {ip}"
-    assert_shapes(aligned, shape.experts, f)
-    for name in ("w13", "w13_scale"):
-        src, dst = getattr(case.weights, name), getattr(aligned.weights, name)
-        for half in range(f):
-            label = f"{name} {('up', 'gate')[half] if f == 2 else 'FC1'} half"
-            pad = pad_rule(name, NVFP4_BLOCK)
-            assert_embedded(label, src[:, half * i : (half + 1) * i], dst[:, half * ip : (half + 1) * ip], pad)
-    for name in ("w2", "w2_scale"):
-        assert_embedded(name, getattr(case.weights, name), getattr(aligned.weights, name), pad_rule(name, NVFP4_BLOCK))
-
-
-@check(CONTRACT, MoeShape, strategy=moe_shapes(), pins=REGRESSIONS, backends=ALL_BACKENDS)
-def check_minimal_and_idempotent(shape: MoeShape, backend: Nvfp4MoeBackend, policy: MoeAlignment) -> None:
-    """No smaller whole-group size satisfies the backend, and aligning again changes nothing."""
-    aligned, _ = align_nvfp4(shape, backend, policy)
-    ip, hp, violations = aligned.intermediate_size, aligned.hidden_size, record(backend).violations
-    assert_minimal(lambda i: violations(i, hp, shape.gated), "I", shape.intermediate, ip, NVFP4_BLOCK)
-    assert_minimal(lambda h: violations(ip, h, shape.gated), "H", shape.hidden, hp, NVFP4_BLOCK)
-    assert_idempotent(policy, backend, aligned, shape.gated)
+moe_alignment_properties(NVFP4, globals())
 
 
 @check(
     CONTRACT,
     MoeShape,
     strategy=moe_shapes(),
-    pins=REGRESSIONS,
+    pins=NVFP4_MOE_REGRESSIONS,
     backends=[Nvfp4MoeBackend.FLASHINFER_TRTLLM, Nvfp4MoeBackend.FLASHINFER_TRTLLM_PER_TOKEN],
 )
 def check_prepare_round_trip(shape: MoeShape, backend: Nvfp4MoeBackend, policy: MoeAlignment) -> None:
@@ -158,7 +67,7 @@ def check_prepare_round_trip(shape: MoeShape, backend: Nvfp4MoeBackend, policy: 
     CONTRACT,
     MoeShape,
     strategy=moe_shapes(),
-    pins=REGRESSIONS,
+    pins=NVFP4_MOE_REGRESSIONS,
     backends=TRTLLM,
     kernel=True,
     kernel_backends=False,

@@ -38,14 +38,14 @@ from hypothesis.strategies import SearchStrategy
 from adapters import flashinfer_moe_kernels as kernels
 from backends import record
 from backends.nvfp4_moe import CONTRACT, Fp4OutputBound, Nvfp4MoeBackend
-from conformance.layers import align_nvfp4
+from conformance.layers import MoeLayer, align_nvfp4
 from contracts.errors import LibraryUnavailable
 from contracts.moe import AlignedMoe, MoeAlignment
 from harness.properties import check, property_test, record_error, record_event
 from reference.formats import E2M1_MAX, E4M3_MAX, NVFP4_BLOCK, GlobalScale, nvfp4_dequantize, nvfp4_quantize
 from reference.moe import GateUpOrder, moe_reference, route
 from strategies.moe import ACTIVATIONS, MoeShape, moe_shapes, pinned_shape
-from strategies.tensors import MoeCase, dequantize_moe, real_channels
+from strategies.tensors import dequantize_moe
 
 pytestmark = [pytest.mark.contract(CONTRACT)]
 
@@ -105,15 +105,14 @@ def snap(x: torch.Tensor, decode: float) -> torch.Tensor:
 
 def reference_output(
     shape: MoeShape,
-    case: MoeCase,
+    case: MoeLayer,
     x: torch.Tensor,
     logits: torch.Tensor,
     requantize: Callable[[torch.Tensor], torch.Tensor],
 ) -> torch.Tensor:
     """Reference MoE output ``[T, H]`` (fp32) on the rank's real channels, FC1 rows ``[up; gate]``,
     with ``requantize`` applied to each expert's activated intermediate before FC2."""
-    real = real_channels(case.weights, shape.gated, shape.real_intermediate)
-    w13, w2 = dequantize_moe(real, case.w13_decode, case.w2_decode)
+    w13, w2 = dequantize_moe(case.real, case.w13_decode, case.w2_decode)
     weights, ids = route(logits, shape.top_k)
     return moe_reference(x, w13, w2, weights, ids, shape.activation, GateUpOrder.UP_GATE, requantize=requantize)
 
@@ -129,7 +128,7 @@ def kernel_requantize(decode: float) -> Callable[[torch.Tensor], torch.Tensor]:
     return requantize
 
 
-def intermediate_amax(shape: MoeShape, case: MoeCase, x: torch.Tensor, logits: torch.Tensor) -> float:
+def intermediate_amax(shape: MoeShape, case: MoeLayer, x: torch.Tensor, logits: torch.Tensor) -> float:
     """Largest activated intermediate value over the routed tokens (FlashInfer's tests calibrate
     the intermediate's global scale from it)."""
     seen = [torch.zeros(())]
@@ -142,7 +141,7 @@ def intermediate_amax(shape: MoeShape, case: MoeCase, x: torch.Tensor, logits: t
     return max(float(torch.stack(seen).max()), 1e-30)
 
 
-def kernel_inputs(shape: MoeShape, case: MoeCase) -> KernelInputs:
+def kernel_inputs(shape: MoeShape, case: MoeLayer) -> KernelInputs:
     """Snap the seed's activations to the NVFP4 grid, separate the logits, calibrate the scales."""
     activation = power_of_two_decode(float(case.x.abs().max()))
     x = snap(case.x, activation)
@@ -231,11 +230,11 @@ def check_kernel_padding_invariance(shape: MoeShape, backend: Nvfp4MoeBackend, p
     aligned, case = align_nvfp4(shape, backend, policy)
     inputs = kernel_inputs(shape, case)
     gated, i, h, r = shape.gated, shape.intermediate, shape.hidden, record(backend)
-    if not r.violations(i, h, gated):
-        name, other, valid = "unpadded", AlignedMoe(case.weights, i, h), {}
+    if not r.violations(i, h, gated, shape.experts):
+        name, other, valid = "unpadded", AlignedMoe(case.checkpoint, i, h), {}
         label = f"unpadded (I {i}, H {h})"
     else:
-        other, vi, vh = kernels.flashinfer_padded(case.weights, gated, hidden_alignment=r.padding_reference)
+        other, vi, vh = kernels.flashinfer_padded(case.checkpoint, gated, hidden_alignment=r.padding_reference)
         name = "pad_trtllm_moe_weights"
         valid = {"valid_intermediate_size": vi, "valid_hidden_size": vh} if r.declares_valid_sizes else {}
         declared = f", valid {vi}/{vh}" if valid else f", {r.entry_point} gets no valid sizes"

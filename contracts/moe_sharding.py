@@ -5,8 +5,9 @@ checkpoint's global expert weights (:class:`~contracts.moe.MoeWeights`, FC1 rows
 ``weights.fc1_layout``: stacked ``[gate; up]`` or gpt-oss's row-interleaved pairs) and returns every
 one of the ``tp·ep`` ranks' :class:`RankShard`, EP-major: rank ``r`` is EP rank ``r // tp`` and TP
 rank ``r % tp`` (:func:`rank_coordinates`; SGLang's ``moe_ep_rank = rank // moe_tp_size``,
-``moe_tp_rank = rank % moe_tp_size``). ``backend`` is the kernel backend whose layer loads the shard
-(an engine picks that runner's loader and buffer; None: the policy's default). A policy raises
+``moe_tp_rank = rank % moe_tp_size``). ``backend`` is the kernel backend whose layer loads the shard, a
+member of the ``nvfp4_moe`` / ``mxfp4_moe`` backend enum of the checkpoint's format (an engine picks that
+runner's loader and buffer; None: the policy's default). A policy raises
 :class:`ShardRefused` with its own message for a degree it cannot split; an engine without a loader
 for a checkpoint's form (no such checkpoint exists for it) raises
 :class:`~contracts.errors.UnsupportedConfig`, recorded by the properties as not served.
@@ -35,14 +36,11 @@ experts, zeros where ``moe_tp_rank != 0``).
 
 from __future__ import annotations
 
+import enum
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Protocol, runtime_checkable
+from typing import Protocol, runtime_checkable
 
 from contracts.moe import MoeWeights
-
-if TYPE_CHECKING:
-    from backends.mxfp4_moe import Mxfp4MoeBackend
-    from backends.nvfp4_moe import Nvfp4MoeBackend
 
 CONTRACT = "moe_sharding"
 
@@ -78,7 +76,7 @@ class MoeSharding(Protocol):
         tp: int,
         *,
         ep: int = 1,
-        backend: Nvfp4MoeBackend | Mxfp4MoeBackend | None = None,
+        backend: enum.Enum | None = None,
     ) -> tuple[RankShard, ...]:
         """Every one of the ``tp·ep`` ranks' shards of the global experts ``weights``, EP-major."""
         ...

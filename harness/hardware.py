@@ -18,6 +18,8 @@ from dataclasses import dataclass
 
 import torch
 
+from adapters import aiter_triton
+
 REQUIREMENTS = {
     "cuda": "an NVIDIA GPU",
     "sm90": "an SM90 GPU (H100/H200, compute capability 9.0)",
@@ -31,7 +33,7 @@ REQUIREMENTS = {
     "sglang": "SGLang (scripts/install-sglang-cpu.sh)",
 }
 
-MODE_LABELS = {"aiter_triton": "AITER Triton on CUDA"}
+MODE_LABELS = {"aiter_triton": aiter_triton.LABEL}
 """Requirements that name a portability mode rather than a chip: the summary shows the mode next to
 the hardware (AITER's own Triton kernels on an NVIDIA GPU, apart from its gfx950 paths)."""
 

@@ -22,7 +22,7 @@ The configuration argument is the check's first parameter, so Hypothesis and the
 falsifying example use its name. One check may back several tests (other strategies, other
 backends): :func:`property_test` makes each extra one. Module-level ``pytestmark`` applies as to
 any test. Old-style modules (``@check(CONTRACT, Config)`` without a strategy plus a hand-written
-``@given`` test calling ``run_check``) keep working.
+``@given`` test calling :func:`harness.runner.run_check`) keep working.
 """
 
 from __future__ import annotations
@@ -141,8 +141,10 @@ def property_test(
     marks: Iterable[pytest.MarkDecorator] = (),
     settings: Callable[[Any], Any] | None = None,
     fixtures: Sequence[str] = (),
+    namespace: dict[str, Any] | None = None,
 ) -> Callable[..., None]:
-    """Generate the Hypothesis test of the check ``fn`` and add it to the calling module.
+    """Generate the Hypothesis test of the check ``fn`` and add it to the calling module (or to the module
+    whose globals are ``namespace``: a helper generating tests for the test module that calls it).
 
     * ``strategy`` draws the configuration; ``name`` is the test's name (default: ``check_NAME``
       gives ``test_NAME``; a second test from one check needs its own);
@@ -164,7 +166,7 @@ def property_test(
     """
     return _register(
         fn,
-        sys._getframe(1).f_globals,
+        sys._getframe(1).f_globals if namespace is None else namespace,
         name=name,
         strategy=strategy,
         pins=pins,

@@ -191,19 +191,5 @@ def main(argv: list[str] | None = None) -> None:
     print("passed: the check did not fail for this configuration")
 
 
-def __getattr__(name: str) -> Any:
-    """Transition: the runner's names, once defined here, now live in :mod:`harness.properties`
-    and :mod:`harness.runner`; old imports (``from harness.repro import check, run_check``) keep working."""
-    if name in ("check", "record_event", "record_target", "property_test"):
-        from harness import properties
-
-        return getattr(properties, name)
-    if name in ("run_check", "KnownFailureFixed", "reported_reproduction"):
-        from harness import runner
-
-        return getattr(runner, name)
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-
-
 if __name__ == "__main__":
     main()

@@ -40,6 +40,7 @@ from hypothesis.errors import UnsatisfiedAssumption
 from contracts.errors import GuardViolation, LibraryUnavailable
 from harness import records
 from harness.repro import Reproduction
+from strategies.config import Config
 
 
 class KnownFailureFixed(AssertionError):
@@ -128,9 +129,13 @@ def run_check(
     ``kernel`` marks a check that runs a GPU kernel: its reproduction is written to an in-flight
     file first, so a worker killed by a device fault leaves it behind (with a time limit every
     example writes it). ``state`` and ``nodeid`` default to the active state and its current test.
+    The configuration is first bound to ``backend`` (:meth:`strategies.config.Config.for_backend`), so the
+    reproduction and the known-failure ledger see the configuration the check runs.
     """
     state = state or active()
     nodeid = nodeid or state.nodeid
+    if backend is not None and isinstance(config, Config):
+        config = config.for_backend(backend)
     repro = Reproduction(
         f"{fn.__module__}:{fn.__name__}",
         state.subject,

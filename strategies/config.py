@@ -56,3 +56,9 @@ class Config:
     @classmethod
     def from_dict(cls: type[T], data: dict[str, Any]) -> T:
         return _decode(cls, data)
+
+    def for_backend(self: T, backend: enum.Enum) -> T:
+        """The configuration as run against ``backend``, the test's parameter: itself, unless the
+        configuration records the backend it runs against (the property runner calls this before the
+        example runs, so the reproduction and the known-failure ledgers see the backend too)."""
+        return self

@@ -17,20 +17,23 @@ expert count follow the example's :class:`~strategies.moe.Scale`, drawn first:
 
 Expert parallelism: ``ep_size`` ∈ {1, 2, 4, 8, 16} with ``tp·ep_size <=`` :data:`MAX_RANKS`. Biases
 (gpt-oss-style ``w13_bias`` / ``w2_bias``) are drawn on or off for MXFP4 (NVFP4 ModelOpt expert
-checkpoints carry none: vLLM 0.33.0's ``ModelOptNvFp4FusedMoE.create_weights`` allocates no bias), and
-the kernel backend whose layer loads the shard from the block's format's backends (``Nvfp4MoeBackend``
-/ ``Mxfp4MoeBackend``, the ``nvfp4_moe`` / ``mxfp4_moe`` contracts' backends).
+checkpoints carry none: vLLM 0.33.0's ``ModelOptNvFp4FusedMoE.create_weights`` allocates no bias). The
+group size is the strategy's argument and the kernel backend whose layer loads the shard is the test's
+parameter (a backend of the format: ``Nvfp4MoeBackend`` / ``Mxfp4MoeBackend``, the ``nvfp4_moe`` /
+``mxfp4_moe`` contracts' backends), recorded in the configuration by :meth:`ShardingConfig.for_backend`.
 
-Shrinking: the scale goes to ``REDUCED``, the block to NVFP4, TP and EP to 1, the layer to a catalogued
-model (the first by name) or to one group, then the layout to stacked, ``E`` to 1 (5 with many
-experts), biases off, the backend to the enum's first member, ``top_k`` to 1, tokens to 1 and the seed
-to 0: a failure that needs EP keeps the smallest ``ep_size`` and ``E`` that show it.
+Shrinking: the scale goes to ``REDUCED``, TP and EP to 1, the layer to a catalogued model (the first by
+name) or to one group, then the layout to stacked, ``E`` to 1 (5 with many experts), biases off,
+``top_k`` to 1, tokens to 1 and the seed to 0: a failure that needs EP keeps the smallest ``ep_size`` and
+``E`` that show it.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+import enum
+from dataclasses import dataclass, replace
 
+from hypothesis import reject
 from hypothesis import strategies as st
 
 from backends.mxfp4_moe import Mxfp4MoeBackend
@@ -73,8 +76,8 @@ def format_backends(block: int) -> tuple[Nvfp4MoeBackend, ...] | tuple[Mxfp4MoeB
 @dataclass(frozen=True)
 class ShardingConfig(Config):
     """A global MoE layer of ``model`` (``intermediate`` channels, all of them, ``experts`` experts) split
-    over ``tp`` x ``ep_size`` ranks, loaded for kernel ``backend`` (an enum value of the block's format;
-    None: the policy's default), with biases when ``bias``."""
+    over ``tp`` x ``ep_size`` ranks, loaded for kernel ``backend`` (an enum value of the block's format, the
+    test's parameter: :meth:`for_backend`; None: the policy's default), with biases when ``bias``."""
 
     model: str
     tp: int
@@ -104,6 +107,10 @@ class ShardingConfig(Config):
     def ranks(self) -> int:
         return self.tp * self.ep_size
 
+    def for_backend(self, backend: enum.Enum) -> ShardingConfig:
+        """The layer loaded for ``backend`` (a member of the block's format's enum)."""
+        return replace(self, backend=backend.value)
+
     @property
     def kernel_backend(self) -> Nvfp4MoeBackend | Mxfp4MoeBackend | None:
         """``backend`` as its format's enum member."""
@@ -119,11 +126,11 @@ class ShardingConfig(Config):
 
 
 @st.composite
-def sharding_configs(draw: st.DrawFn) -> ShardingConfig:
-    """A :class:`ShardingConfig` (honours ``--model`` / ``--tp`` / ``--ep``)."""
+def sharding_configs(draw: st.DrawFn, block: int) -> ShardingConfig:
+    """A :class:`ShardingConfig` of ``block``-element groups, no backend yet (honours ``--model`` / ``--tp`` /
+    ``--ep``; a pinned model whose intermediate size is not whole groups has no such checkpoint: rejected)."""
     pin = current_pin()
     scale = draw(st.sampled_from(SCALES))
-    block = draw(st.sampled_from((NVFP4_BLOCK, MXFP4_BLOCK)))
     tp = pin.tp if pin.tp is not None else draw(st.sampled_from(TP_DEGREES))
     eps = [d for d in EP_DEGREES if tp * d <= MAX_RANKS and pin.ep in (None, d > 1)] or [1]
     ep = draw(st.sampled_from(eps))
@@ -137,11 +144,12 @@ def sharding_configs(draw: st.DrawFn) -> ShardingConfig:
         real_hidden = draw(st.sampled_from(HIDDEN_SIZES)) if scale is Scale.FULL_WIDTH else hidden
         real_experts = draw(st.sampled_from(EXPERT_COUNTS)) if scale is Scale.MANY_EXPERTS else MAX_EXPERTS
     else:
-        m = MODELS[pin.model or draw(st.sampled_from(sorted(MODELS)))]
+        whole = sorted(n for n, m in MODELS.items() if m.moe_intermediate % block == 0)
+        m = MODELS[pin.model or draw(st.sampled_from(whole))]
+        if m.moe_intermediate % block:
+            reject()
         name, hidden, intermediate, activation = m.name, reduce_size(m.hidden), m.moe_intermediate, m.activation
         real_hidden, real_experts = m.hidden, m.experts
-        if intermediate % block:
-            block = NVFP4_BLOCK
     if scale is Scale.FULL_WIDTH and weight_elements(1, intermediate, real_hidden) <= WEIGHT_BUDGET:
         hidden = real_hidden
     elif scale is Scale.MANY_EXPERTS:
@@ -154,7 +162,6 @@ def sharding_configs(draw: st.DrawFn) -> ShardingConfig:
     else:
         experts = draw(st.integers(1, min(2 * ep, MAX_EXPERTS, fit)))
     bias = block == MXFP4_BLOCK and draw(st.booleans())
-    backend = draw(st.sampled_from(format_backends(block))).value
     return ShardingConfig(
         model=name,
         tp=tp,
@@ -168,7 +175,6 @@ def sharding_configs(draw: st.DrawFn) -> ShardingConfig:
         tokens=draw(st.integers(1, 4)),
         seed=draw(st.integers(0, 2**16)),
         ep_size=ep,
-        backend=backend,
         bias=bias,
     )
 
@@ -177,9 +183,9 @@ def pinned_sharding(
     model: str, tp: int, block: int = NVFP4_BLOCK, *, ep: int = 1, experts: int = 2, bias: bool = False
 ) -> ShardingConfig:
     """A catalogued model's layer at one TP x EP degree (for ``@example`` pins): stacked FC1 rows, top-2 of
-    ``experts``, 3 tokens, seed 0, the format's first backend."""
+    ``experts``, 3 tokens, seed 0, no backend yet (the test's parameter)."""
     m = MODELS[model]
     return ShardingConfig(
         m.name, tp, m.moe_intermediate, reduce_size(m.hidden), block, Fc1Layout.GATE_UP, m.activation, experts,
-        2, 3, 0, ep_size=ep, backend=format_backends(block)[0].value, bias=bias,
+        2, 3, 0, ep_size=ep, bias=bias,
     )  # fmt: skip

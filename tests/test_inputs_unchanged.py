@@ -32,7 +32,7 @@ from tests.probes import PadThenScribble, ZeroRowThenPad
 ROOT = Path(__file__).resolve().parent.parent
 SHAPE = pinned_shape("gemma-4-26b-a4b", 4)
 TRTLLM = Nvfp4MoeBackend.FLASHINFER_TRTLLM
-CHECKS = (nvfp4.check_padding_invariance, nvfp4.check_layout_contract, nvfp4.check_minimal_and_idempotent)
+CHECKS = (nvfp4.check_padding_invariance, nvfp4.check_gate_up_layout, nvfp4.check_minimal_and_idempotent)
 
 
 @pytest.mark.parametrize("check", CHECKS, ids=lambda c: c.__name__)
@@ -94,7 +94,7 @@ def test_suite_run_reports_input_modified(tmp_path: Path) -> None:
     """End to end: the external probe subject fails the suite with the guard's message."""
     cmd = [
         sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-q", "-x", "conformance/test_nvfp4_moe.py",
-        "--subject", "tests.probes:ZERO_ROW_THEN_PAD", "-k", "layout_contract and trtllm",
+        "--subject", "tests.probes:ZERO_ROW_THEN_PAD", "-k", "gate_up_layout and trtllm",
         "--results", str(tmp_path / "results"),
     ]  # fmt: skip
     out = subprocess.run(

@@ -54,7 +54,7 @@ def test_finite_scale_codes() -> None:
 @pytest.mark.parametrize("dtype", [torch.float32, torch.int32], ids=str)
 def test_layout_contract_names_dtypes(dtype: torch.dtype) -> None:
     with pytest.raises(AssertionError, match=rf"w13 has dtype {dtype}, contract says torch.uint8"):
-        nvfp4.check_layout_contract(NVFP4_SHAPES[0], TRTLLM, WidenedDtypes(dtype))
+        nvfp4.check_gate_up_layout(NVFP4_SHAPES[0], TRTLLM, WidenedDtypes(dtype))
 
 
 def test_mxfp4_pairing_names_dtypes() -> None:
@@ -66,7 +66,7 @@ def test_mxfp4_pairing_names_dtypes() -> None:
             return dataclasses.replace(aligned, weights=dataclasses.replace(w, **widened))
 
     with pytest.raises(AssertionError, match=r"dtype torch\.float32, contract says torch\.uint8"):
-        mxfp4.check_gate_up_pairing(MXFP4_CONFIG, Mxfp4MoeBackend.FLASHINFER_TRTLLM, Float32())
+        mxfp4.check_gate_up_layout(MXFP4_CONFIG, Mxfp4MoeBackend.FLASHINFER_TRTLLM, Float32())
 
 
 # --- pad values ----------------------------------------------------------------------------------------
@@ -77,7 +77,7 @@ def test_flashinfer_pad_helper_passes(shape) -> None:
     """FlashInfer 0.7.4's ``pad_trtllm_moe_weights`` pads NVFP4 scales with E4M3 1.0 (0x38)."""
     aligned = FlashInferPadHelper().align_moe(TRTLLM, moe_case(shape, NVFP4_BLOCK).weights, shape.gated)
     assert (aligned.weights.w2_scale == E4M3_ONE).any(), "probe: FlashInfer's helper no longer fills scales with 1.0"
-    nvfp4.check_layout_contract(shape, TRTLLM, FlashInferPadHelper())
+    nvfp4.check_gate_up_layout(shape, TRTLLM, FlashInferPadHelper())
     nvfp4.check_padding_invariance(shape, TRTLLM, FlashInferPadHelper())
 
 
@@ -85,7 +85,7 @@ def test_flashinfer_pad_helper_passes(shape) -> None:
 @pytest.mark.parametrize("negative_zero", [False, True], ids=["+0-codes", "-0-codes"])
 def test_finite_nvfp4_scale_fills_pass(fill: int, negative_zero: bool) -> None:
     policy = PadFill(BuiltinNvfp4MoeAlignment(), fill, negative_zero)
-    for check in (nvfp4.check_layout_contract, nvfp4.check_padding_invariance, nvfp4.check_minimal_and_idempotent):
+    for check in (nvfp4.check_gate_up_layout, nvfp4.check_padding_invariance, nvfp4.check_minimal_and_idempotent):
         check(NVFP4_SHAPES[0], TRTLLM, policy)
 
 
@@ -93,7 +93,7 @@ def test_finite_nvfp4_scale_fills_pass(fill: int, negative_zero: bool) -> None:
 def test_nan_nvfp4_scale_fills_fail(fill: int) -> None:
     policy = PadFill(BuiltinNvfp4MoeAlignment(), fill)
     with pytest.raises(AssertionError, match="not a finite E4M3 scale code"):
-        nvfp4.check_layout_contract(NVFP4_SHAPES[0], TRTLLM, policy)
+        nvfp4.check_gate_up_layout(NVFP4_SHAPES[0], TRTLLM, policy)
     with pytest.raises((AssertionError, ShapeContractError)):  # NaN · 0 = NaN reaches the re-quantized intermediate
         nvfp4.check_padding_invariance(NVFP4_SHAPES[0], TRTLLM, policy)
 
@@ -107,13 +107,13 @@ PADDING_MXFP4_BACKENDS = [
 @pytest.mark.parametrize("backend", PADDING_MXFP4_BACKENDS, ids=lambda b: b.value)
 def test_mxfp4_flashinfer_fill_passes_and_nan_fails(backend: Mxfp4MoeBackend) -> None:
     ok = PadFill(BuiltinMxfp4MoeAlignment(), UE8M0_ONE, negative_zero=True)  # FlashInfer's fill, -0 codes
-    mxfp4.check_gate_up_pairing(MXFP4_CONFIG, backend, ok)
+    mxfp4.check_gate_up_layout(MXFP4_CONFIG, backend, ok)
     mxfp4.check_padding_invariance(MXFP4_CONFIG, backend, ok)
     if backend is Mxfp4MoeBackend.FLASHINFER_TRTLLM:
         mxfp4.check_trtllm_round_trip(MXFP4_CONFIG, backend, ok)
         mxfp4.check_trtllm_matches_flashinfer_padding(MXFP4_CONFIG, backend, ok)
     with pytest.raises(AssertionError, match="not a finite UE8M0 scale code"):
-        mxfp4.check_gate_up_pairing(MXFP4_CONFIG, backend, PadFill(BuiltinMxfp4MoeAlignment(), 0xFF))
+        mxfp4.check_gate_up_layout(MXFP4_CONFIG, backend, PadFill(BuiltinMxfp4MoeAlignment(), 0xFF))
 
 
 def test_pad_rule_for_biases_and_codes() -> None:

@@ -6,9 +6,11 @@ from dataclasses import replace
 
 import pytest
 from hypothesis import given
+from hypothesis import strategies as st
 
 from conformance import test_moe_sharding as sharding
 from contracts.moe_sharding import RankShard, ShardRefused, rank_coordinates
+from reference.formats import MXFP4_BLOCK, NVFP4_BLOCK
 from reference.layouts import Fc1Layout
 from reference.sizes import expert_blocks
 from strategies.moe_sharding import ShardingConfig, pinned_sharding, sharding_configs
@@ -180,7 +182,7 @@ def test_refusing_a_group_cutting_split_is_allowed() -> None:
         sharding.check_every_element_on_one_rank(pinned_sharding("qwen3-30b-a3b", 16), None, AlwaysRefuses())
 
 
-@given(config=sharding_configs())
+@given(config=st.one_of(sharding_configs(NVFP4_BLOCK), sharding_configs(MXFP4_BLOCK)))
 def test_configs_round_trip_and_are_whole_groups(config: ShardingConfig) -> None:
     assert ShardingConfig.from_dict(config.to_dict()) == config
     assert config.intermediate % config.block == 0

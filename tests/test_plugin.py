@@ -172,7 +172,7 @@ def test_external_policy_by_import_path(tmp_path: Path) -> None:
     bare, bound = in_parallel(
         lambda: run_pytest(NVFP4, "--subject", "my_engine:policy", tmp_path=tmp_path / "bare", env=env),
         lambda: run_pytest(  # the cheapest property run on every backend: the subject's loading is under test
-            NVFP4, "-k", "layout_contract", "--subject", "my_engine:SUBJECT", "-v", tmp_path=tmp_path / "bound", env=env
+            NVFP4, "-k", "gate_up_layout", "--subject", "my_engine:SUBJECT", "-v", tmp_path=tmp_path / "bound", env=env
         ),
     )  # fmt: skip
     assert bare.returncode == 4, bare.stdout[-3000:] + bare.stderr[-3000:]
@@ -209,7 +209,7 @@ def test_known_bad_failure_writes_a_reproduction_that_fails_the_same_way(tmp_pat
 
 @pytest.mark.long(25)
 def test_summary_table_reports_contract_backend_hardware(tmp_path: Path) -> None:
-    result = run_pytest(NVFP4, "-k", "layout_contract and flashinfer-cutlass", tmp_path=tmp_path)
+    result = run_pytest(NVFP4, "-k", "gate_up_layout and flashinfer-cutlass", tmp_path=tmp_path)
     assert result.returncode == 0, result.stdout[-3000:]
     lines = result.stdout.splitlines()
     title = next(i for i, line in enumerate(lines) if "fp4 conformance summary (contract x backend x hardware)" in line)
@@ -236,7 +236,7 @@ def test_summary_table_reports_contract_backend_hardware(tmp_path: Path) -> None
 def test_reproduction_command_round_trips(subject_path: str | None) -> None:
     """The printed command, split as a shell splits it, parses back to the same reproduction."""
     r = Reproduction(
-        "conformance.test_nvfp4_moe:check_layout_contract",
+        "conformance.test_nvfp4_moe:check_gate_up_layout",
         "my_engine.moe:policy",
         "flashinfer-cutlass",
         {"model": "gemma-4-26b-a4b", "note": 'it\'s "quoted" $HOME', "nested": {"a": [1, 2.5, None, True]}},
@@ -256,7 +256,7 @@ def test_policy_class_by_import_path_is_instantiated() -> None:
 
 @pytest.mark.long(30)
 def test_plugin_loads_without_xdist(tmp_path: Path) -> None:
-    result = run_pytest(NVFP4, "-p", "no:xdist", "-k", "layout_contract and flashinfer-cutlass", tmp_path=tmp_path)
+    result = run_pytest(NVFP4, "-p", "no:xdist", "-k", "gate_up_layout and flashinfer-cutlass", tmp_path=tmp_path)
     assert result.returncode == 0, result.stdout[-2000:] + result.stderr[-2000:]
 
 
@@ -266,7 +266,8 @@ from dataclasses import dataclass
 
 import pytest
 
-from harness.repro import check, run_check  # the names before harness.properties / harness.runner
+from harness.properties import check
+from harness.runner import run_check
 from strategies.config import Config
 
 pytestmark = pytest.mark.contract("nvfp4_moe")

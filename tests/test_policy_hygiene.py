@@ -56,7 +56,7 @@ from tests.probes import (
 ROOT = Path(__file__).resolve().parent.parent
 SHAPE = pinned_shape("gemma-4-26b-a4b", 4)
 TRTLLM = Nvfp4MoeBackend.FLASHINFER_TRTLLM
-CHECKS = (nvfp4.check_padding_invariance, nvfp4.check_layout_contract, nvfp4.check_minimal_and_idempotent)
+CHECKS = (nvfp4.check_padding_invariance, nvfp4.check_gate_up_layout, nvfp4.check_minimal_and_idempotent)
 
 
 def _seed_like_hypothesis() -> None:
@@ -74,11 +74,11 @@ def _examples(n: int):
 def test_flaky_policy_passes_every_example_and_fails_the_guard(source: str) -> None:
     for shape in _examples(5):  # unguarded: the same first draw in every example, never below 0.1
         _seed_like_hypothesis()
-        nvfp4.check_layout_contract(shape, TRTLLM, FlakyEndPadding(source))
+        nvfp4.check_gate_up_layout(shape, TRTLLM, FlakyEndPadding(source))
     for shape in _examples(40):
         _seed_like_hypothesis()
         try:
-            nvfp4.check_layout_contract(shape, TRTLLM, guard_inputs(FlakyEndPadding(source)))
+            nvfp4.check_gate_up_layout(shape, TRTLLM, guard_inputs(FlakyEndPadding(source)))
         except NonDeterministic as exc:
             assert "non-deterministic: FlakyEndPadding.align_moe gave another result" in str(exc)
             assert "result.weights.w13 " in str(exc)
@@ -228,7 +228,7 @@ def test_suite_run_reports_non_determinism(tmp_path: Path) -> None:
     so each second call that draws below 0.1 shows it (an aligned or non-gated layer would hide it)."""
     cmd = [
         sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-q", "-x", "conformance/test_nvfp4_moe.py",
-        "--subject", "tests.probes:FLAKY_END_PADDING", "-k", "layout_contract and trtllm",
+        "--subject", "tests.probes:FLAKY_END_PADDING", "-k", "gate_up_layout and trtllm",
         "--model", "gemma-4-26b-a4b", "--tp", "4",
         "--results", str(tmp_path / "results"),
     ]  # fmt: skip

@@ -7,7 +7,7 @@
   saved as that module in a folder of its own, and the ``<!-- readme-test: command -->`` block runs from the
   checkout with ``$HOME/my-engine`` naming that folder and this interpreter for ``.venv/bin/python``; every
   selected property passes. The same module padding gated layers to 16 instead of 64 fails
-  ``test_flashinfer_accepts`` the way the worked verdict shows, so the example's command can tell.
+  ``test_backend_accepts`` the way the worked verdict shows, so the example's command can tell.
 * The options its table and ``docs/running.md`` name are registered ones, and ``docs/running.md`` names every
   registered marker.
 """
@@ -123,7 +123,7 @@ def test_external_subject_example_runs_as_written(tmp_path: Path) -> None:
     assert re.search(r"\b5 passed\b", result.stdout), result.stdout[-3000:]
     assert "failed" not in result.stdout.splitlines()[-1]
 
-    broken = run_shell(command.replace("$HOME/my-engine", shlex.quote(str(bad))) + " -k flashinfer_accepts", bad)
+    broken = run_shell(command.replace("$HOME/my-engine", shlex.quote(str(bad))) + " -k backend_accepts", bad)
     assert broken.returncode == 1, broken.stdout[-3000:]
     assert "flashinfer-trtllm rejects Ip=" in broken.stdout
     assert "input_tensor.shape[0]=" in broken.stdout and "must be a multiple of 128" in broken.stdout

@@ -12,6 +12,7 @@ import math
 
 import pytest
 from hypothesis import HealthCheck, find, given, settings
+from hypothesis import strategies as st
 
 from backends.mxfp4_moe import Mxfp4MoeBackend
 from backends.nvfp4_moe import Nvfp4MoeBackend
@@ -19,6 +20,7 @@ from bench.detection import detect
 from bench.mutants import CI_MUTANTS, LARGE_ONLY, MANY_EXPERTS
 from conformance import test_moe_sharding, test_mxfp4_moe, test_nvfp4_moe
 from harness.inputs import guard_inputs
+from reference.formats import MXFP4_BLOCK, NVFP4_BLOCK
 from strategies.catalog import MODELS
 from strategies.moe import WEIGHT_BUDGET, MoeShape, Scale, layer_shape, moe_shapes, weight_elements
 from strategies.moe_sharding import ShardingConfig, pinned_sharding, sharding_configs
@@ -44,7 +46,7 @@ def sharding_sizes(c: ShardingConfig) -> tuple[int, int, int]:
 STRATEGIES = {
     "nvfp4_moe": (moe_shapes(), nvfp4_sizes),
     "mxfp4_moe": (mxfp4_moe_configs(), mxfp4_sizes),
-    "moe_sharding": (sharding_configs(), sharding_sizes),
+    "moe_sharding": (st.one_of(sharding_configs(NVFP4_BLOCK), sharding_configs(MXFP4_BLOCK)), sharding_sizes),
 }
 
 
@@ -69,7 +71,7 @@ def test_every_moe_shape_fits_the_weight_budget(shape: MoeShape) -> None:
 
 
 @settings(max_examples=200, database=None)
-@given(config=sharding_configs())
+@given(config=st.one_of(sharding_configs(NVFP4_BLOCK), sharding_configs(MXFP4_BLOCK)))
 def test_every_sharding_layer_fits_the_weight_budget(config: ShardingConfig) -> None:
     assert weight_elements(config.experts, config.intermediate, config.hidden) <= WEIGHT_BUDGET
 
@@ -92,7 +94,7 @@ GEMMA_TP4_MANY = layer_shape(GEMMA, 4, False, 0, 16, GEMMA.activation, 8, 1, 2, 
     ("shape", "mutant"), [(GEMMA_TP4_FULL, LARGE_ONLY), (GEMMA_TP4_MANY, MANY_EXPERTS)], ids=["large", "many"]
 )
 def test_nvfp4_mutants_fail_where_the_builtin_passes(shape: MoeShape, mutant) -> None:
-    check, backend = test_nvfp4_moe.check_flashinfer_accepts, Nvfp4MoeBackend.FLASHINFER_TRTLLM
+    check, backend = test_nvfp4_moe.check_backend_accepts, Nvfp4MoeBackend.FLASHINFER_TRTLLM
     check(shape, backend, guard_inputs(builtin().policy("nvfp4_moe")))
     with pytest.raises(AssertionError, match="rejects"):
         check(shape, backend, guard_inputs(mutant.policy("nvfp4_moe")))

@@ -12,7 +12,7 @@ import pytest
 from hypothesis import Phase, example, given, settings
 
 from backends.nvfp4_moe import Nvfp4MoeBackend
-from conformance.test_nvfp4_moe import check_flashinfer_accepts, check_padding_invariance
+from conformance.test_nvfp4_moe import check_backend_accepts, check_padding_invariance
 from contracts.moe import AlignedMoe
 from harness import repro
 from harness.repro import Reproduction
@@ -37,7 +37,7 @@ def test_reported_reproduction_is_the_example_hypothesis_reports() -> None:
     @example(shape=GEMMA_TP4)
     def prop(shape):
         ran.append(shape)
-        run_check(check_flashinfer_accepts, shape, Nvfp4MoeBackend.FLASHINFER_TRTLLM, GatedPad16Alignment())
+        run_check(check_backend_accepts, shape, Nvfp4MoeBackend.FLASHINFER_TRTLLM, GatedPad16Alignment())
 
     with pytest.raises(BaseException) as info:
         prop()
@@ -62,11 +62,14 @@ class NanScalePadding(BuiltinNvfp4MoeAlignment):
 
 def test_nan_in_padding_fails_as_changed_output() -> None:
     """NaN reaching the reference's re-quantization reads as the property's own failure."""
-    with pytest.raises(AssertionError, match=r"^padding changed the MoE output \(I 176 -> 192.*\): NaN"):
+    with pytest.raises(
+        AssertionError,
+        match=r"^padding changed the MoE output \(flashinfer-trtllm reads FC1 rows as up;gate; I 176 -> 192.*\): NaN",
+    ):
         check_padding_invariance(GEMMA_TP4, Nvfp4MoeBackend.FLASHINFER_TRTLLM, NanScalePadding())
 
 
-LAYOUT = "conformance.test_nvfp4_moe:check_layout_contract"
+LAYOUT = "conformance.test_nvfp4_moe:check_gate_up_layout"
 
 
 @pytest.mark.long(14)

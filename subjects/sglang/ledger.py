@@ -168,7 +168,7 @@ SGLANG_KNOWN_FAILURES: tuple[KnownFailure, ...] = (
         raises=AssertionError,
         match=r"hidden size \d+ is not a multiple of 256",
         backend=Nvfp4MoeBackend.FLASHINFER_CUTEDSL.value,
-        check="check_flashinfer_accepts",
+        check="check_backend_accepts",
         reach=Reach.flag("--moe-runner-backend flashinfer_cutedsl with H % 256 != 0 (Nemotron-3-Nano: 2688)"),
         hardware=(Hardware.SM100,),
     ),
@@ -192,7 +192,7 @@ SGLANG_KNOWN_FAILURES: tuple[KnownFailure, ...] = (
             ),
             hardware=(Hardware.SM100,),
         )
-        for check in ("check_flashinfer_accepts", "check_prepare_round_trip")
+        for check in ("check_backend_accepts", "check_prepare_round_trip")
         for backend in TRTLLM_NVFP4
     ),
     *(
@@ -207,7 +207,7 @@ SGLANG_KNOWN_FAILURES: tuple[KnownFailure, ...] = (
             raises=AssertionError,
             match=r"hidden size \d+ is not a multiple of 256 \(FlashInfer 0\.7\.4: 128 gives wrong results\)",
             backend=backend.value,
-            check="check_flashinfer_accepts",
+            check="check_backend_accepts",
             reach=Reach.default(
                 "Nemotron-3-Nano NVFP4 (H 2688) on SM100, where model_overrides/nemotron_h.py picks flashinfer_trtllm"
             ),
@@ -334,7 +334,7 @@ SGLANG_KNOWN_FAILURES: tuple[KnownFailure, ...] = (
             ),
             hardware=(Hardware.SM100,),
         )
-        for check in ("check_gate_up_pairing", "check_padding_invariance")
+        for check in ("check_gate_up_layout", "check_padding_invariance")
     ),
     KnownFailure(
         MXFP4_MOE,

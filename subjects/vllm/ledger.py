@@ -120,7 +120,7 @@ VLLM_KNOWN_FAILURES: tuple[KnownFailure, ...] = (
         raises=AssertionError,
         match=r"vllm-cutlass rejects .*FC2 scales: the kernel strides experts",
         backend=Nvfp4MoeBackend.VLLM_CUTLASS.value,
-        check="check_flashinfer_accepts",
+        check="check_backend_accepts",
         reach=Reach.flag(
             "--moe-backend cutlass with an NVFP4 MoE checkpoint whose hidden size is not a multiple of 128 (PR "
             "#35497: 2880)"
@@ -252,7 +252,7 @@ VLLM_KNOWN_FAILURES: tuple[KnownFailure, ...] = (
             hardware=(Hardware.SM90,),
         )
         for check, match in (
-            ("check_gate_up_pairing", r"w13 gate rows as triton-kernels-sm90 reads them .*block moved or changed"),
+            ("check_gate_up_layout", r"w13 gate rows as triton-kernels-sm90 reads them .*block moved or changed"),
             ("check_padding_invariance", r"padding changed the MoE output \(triton-kernels-sm90 reads FC1 rows"),
         )
     ),
