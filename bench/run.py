@@ -297,7 +297,7 @@ def readme_section(report: dict[str, Any]) -> str:
         f"Over {seeds} seeds per subject: caught seeds, then median / worst examples to the first failure "
         f"(`>{budget}`: not within the budget). Rates: failing / generated examples of the best property over "
         f"{report['rate_seeds']} seeds x {budget} examples. Fixed grids: of the FlashInfer and vLLM test grids "
-        "(`bench/grids.py`) run on the subject's contracts, those on which a check fails for the subject and "
+        "(`bench/grids/`) run on the subject's contracts, those on which a check fails for the subject and "
         "passes for the built-in one.",
         "",
         "| known-bad subject | with pins (ci) | ci without pins (25 examples) | generation rate "
