@@ -17,24 +17,22 @@ from __future__ import annotations
 import json
 import multiprocessing
 import os
-import platform
 import subprocess
 import sys
 import tempfile
 import time
 from collections.abc import Iterable
 from concurrent.futures import ProcessPoolExecutor
-from importlib import metadata
 from pathlib import Path
 from typing import Any
 
 from bench.detection import GOAL_RATE, GOAL_SEEDS, Draws, detect, properties
+from harness import records
 from harness.hardware import machine
 from harness.inputs import guard_inputs
 from subjects.registry import Subject, builtin, known_bad, resolve
 
 ROOT = Path(__file__).resolve().parent.parent
-VERSIONS = ("torch", "hypothesis", "flashinfer-python", "amd-aiter", "vllm")
 
 
 def run_suite(
@@ -321,14 +319,8 @@ def update_readme(path: Path, section: str) -> None:
 
 
 def versions() -> str:
-    """Python and the versions of the libraries the suite runs (absent ones left out)."""
-    found = [f"Python {platform.python_version()}"]
-    for name in VERSIONS:
-        try:
-            found.append(f"{name} {metadata.version(name)}")
-        except metadata.PackageNotFoundError:
-            continue
-    return ", ".join(found)
+    """Python and the versions of the libraries the suite runs (:func:`harness.records.library_versions`)."""
+    return ", ".join(f"{name} {version}" for name, version in records.library_versions().items())
 
 
 def chosen_subjects(specs: list[str] | None) -> list[Subject]:
