@@ -185,6 +185,7 @@ def _usage(message: str) -> pytest.UsageError:
     return pytest.UsageError(" ".join(message.split()))  # one line
 
 
+@pytest.hookimpl(tryfirst=True)  # before Hypothesis's own, which would load an unknown profile with a traceback
 def pytest_configure(config: pytest.Config) -> None:
     devices.pin_worker()
     for marker, text in MARKERS.items():

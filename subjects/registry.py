@@ -242,25 +242,28 @@ def known_bad() -> dict[str, Subject]:
 def _from_object(obj: Any, spec: str) -> Subject:
     """The subject ``spec`` names: a :class:`Subject`, a policy class or object, or a factory.
 
-    A bare policy is bound to the one contract whose protocol it implements. Several contracts
-    share a protocol (``nvfp4_moe`` and ``mxfp4_moe`` both take ``align_moe``), and a policy
-    written for one of them fails the other's properties on every example: a policy matching
-    several contracts is a :class:`SubjectError` naming them and the ``Subject(...)`` that binds it.
+    A bare policy is bound to every contract whose protocol it implements (one object may implement
+    several protocols: a linear guard and a shared-expert gate). Several contracts share one protocol
+    (``nvfp4_moe`` and ``mxfp4_moe`` both take ``align_moe``), and a policy written for one of them fails
+    the other's properties on every example: a policy matching contracts that share a protocol is a
+    :class:`SubjectError` naming them and the ``Subject(...)`` that binds it.
     """
     if isinstance(obj, Subject):
         return obj
     if isinstance(obj, type):  # a policy class: protocol checks would pass on the class itself
         return _from_object(obj(), spec)
-    matched = sorted(name for name, proto in contracts().items() if isinstance(obj, proto))
-    if len(matched) == 1:
-        return Subject(spec, f"external policy {spec}", {matched[0]: obj})
-    if matched:
+    protocols = contracts()
+    matched = sorted(name for name, proto in protocols.items() if isinstance(obj, proto))
+    shared = sorted(name for name in matched if sum(protocols[m] is protocols[name] for m in matched) > 1)
+    if shared:
         raise SubjectError(
-            f"{spec} is a bare policy whose protocol several contracts share ({', '.join(matched)}); bind it "
+            f"{spec} is a bare policy whose protocol several contracts share ({', '.join(shared)}); bind it "
             f"to the contract(s) it is written for with a subjects.registry.Subject: SUBJECT = Subject('my-engine', "
-            f"'what it does', {{CONTRACT: {type(obj).__name__}()}}), CONTRACT one of {', '.join(map(repr, matched))}, "
+            f"'what it does', {{CONTRACT: {type(obj).__name__}()}}), CONTRACT one of {', '.join(map(repr, shared))}, "
             f"then --subject {spec.partition(':')[0]}:SUBJECT"
         )
+    if matched:
+        return Subject(spec, f"external policy {spec}", {name: obj for name in matched})
     if callable(obj):
         return _from_object(obj(), spec)
     raise SubjectError(

@@ -67,7 +67,7 @@ def test_header_names_binding_profile_database_and_deselections(tmp_path: Path) 
         lambda: pytest_run("conformance", "--subject", "bad-gated-pad16", "--collect-only", tmp_path=tmp_path / "a"),
         lambda: pytest_run(
             "conformance/test_shared_expert.py", "conformance/test_nvfp4_moe.py", "-n", "1", "--model",
-            "gemma-4-26b-a4b", "--tp", "4", "-k", "shared or flashinfer_accepts and cutlass", tmp_path=tmp_path / "b",
+            "gemma-4-26b-a4b", "--tp", "4", "-k", "shared or backend_accepts and cutlass", tmp_path=tmp_path / "b",
         ),
     )  # fmt: skip
     assert one.returncode == 0, one.stdout[-3000:] + one.stderr[-3000:]
