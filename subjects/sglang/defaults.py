@@ -119,8 +119,8 @@ def runner_overrides(
     model: str, hardware: Hardware, tp: int, ep: int, answers: Mapping[str, Any] | None = None
 ) -> dict[str, Any]:
     """The declarations SGLang's model overrides make for ``model`` on ``hardware`` at ``tp`` x ``ep`` with every
-    other flag at its default, merged in SGLang's order (last writer wins); ``answers``: machine probes answered
-(:data:`MACHINE_PROBES`)."""
+        other flag at its default, merged in SGLang's order (last writer wins); ``answers``: machine probes answered
+    (:data:`MACHINE_PROBES`)."""
     sglang_modules()
     server_args_mod = importlib.import_module("sglang.srt.server_args")
     overrides = importlib.import_module("sglang.srt.arg_groups.overrides")
@@ -145,7 +145,9 @@ def runner_overrides(
         for patch in patches:
             stack.enter_context(patch)
         merged: dict[str, Any] = {}
-        for _source, declared in overrides.collect_model_override_declarations(known["architectures"][0], args, hf_config):
+        for _source, declared in overrides.collect_model_override_declarations(
+            known["architectures"][0], args, hf_config
+        ):
             merged.update(declared)
     return merged
 
@@ -153,7 +155,9 @@ def runner_overrides(
 def _override_modules() -> list[str]:
     """The modules of ``srt/arg_groups/model_overrides/`` (SGLang imports each to register it)."""
     package = importlib.import_module("sglang.srt.arg_groups.model_overrides")
-    return [f"{package.__name__}.{name}" for name in dir(package) if isinstance(getattr(package, name), types.ModuleType)]
+    return [
+        f"{package.__name__}.{name}" for name in dir(package) if isinstance(getattr(package, name), types.ModuleType)
+    ]
 
 
 def _member(backends: Mapping[enum.Enum, Any], runner: str, facts: dict[str, Any], stacked: bool) -> list[enum.Enum]:

@@ -24,8 +24,16 @@ from unittest import mock
 
 import torch
 
-from strategies.catalog import MODELS, ActivationKind
-from subjects.engine_tools import FP4_CHECKPOINTS, DefaultChoice, Fp4Checkpoint, Hardware, UnmappedBackend, mapped_member
+from reference.moe import ActivationKind
+from strategies.catalog import MODELS
+from subjects.engine_tools import (
+    FP4_CHECKPOINTS,
+    DefaultChoice,
+    Fp4Checkpoint,
+    Hardware,
+    UnmappedBackend,
+    mapped_member,
+)
 from subjects.vllm.bridge import MXFP4_BACKENDS, NVFP4_BACKENDS, sharding_modules
 
 VERSION = "vLLM 0.33.0"
@@ -61,7 +69,9 @@ def cuda_platform(capability: tuple[int, int]) -> Iterator[None]:
     cls = type(current_platform)
     patches = [
         mock.patch.object(cls, "_enum", PlatformEnum.CUDA),
-        mock.patch.object(cls, "get_device_capability", classmethod(lambda c, device_id=0: DeviceCapability(*capability))),
+        mock.patch.object(
+            cls, "get_device_capability", classmethod(lambda c, device_id=0: DeviceCapability(*capability))
+        ),
         mock.patch.object(cls, "device_name", f"sm{capability[0]}{capability[1]}", create=True),
     ]
     for name, module in list(sys.modules.items()):
@@ -112,7 +122,6 @@ def _suite_member(v: types.SimpleNamespace, engine_backend: object, nvfp4: bool)
     if engine_backend in v.mxfp4_oracle.TRTLLM_BACKENDS:
         name = v.mxfp4_oracle.Mxfp4MoeBackend.FLASHINFER_TRTLLM_MXFP4_BF16.name
     return mapped_member(MXFP4_BACKENDS, name)
-
 
 
 def default_backend(model: str, hardware: Hardware, tp: int, ep: int = 1) -> DefaultChoice:
