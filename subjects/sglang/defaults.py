@@ -204,8 +204,8 @@ def _choice(model: str, hardware: Hardware, runner: str) -> DefaultChoice:
     if runner == "auto":
         return DefaultChoice(
             None,
-            f"{said}: the quantization method resolves auto when the layer is built (its create_moe_runner), "
-            "from the machine, not from the overrides consulted here",
+            f"{said}: the quantization method resolves auto when the layer is built (its constructor and "
+            "create_moe_runner), which this reading of the overrides does not build",
             CONSULTED,
         )
     facts = {fact: False for fact in _FALSE} | PLATFORM_FACTS[hardware]
