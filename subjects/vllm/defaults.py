@@ -149,10 +149,10 @@ def default_backend(model: str, hardware: Hardware, tp: int, ep: int = 1) -> Def
     v = sharding_modules()
     module, function = selector.split(".")
     select = getattr(importlib.import_module(f"vllm.model_executor.layers.fused_moe.oracle.{module}"), function)
-    quant = v.mxfp4_oracle  # get_current_vllm_config: no quantization_config override (flags at default)
+    oracle = v.mxfp4_oracle  # its get_current_vllm_config: no quantization_config override (flags at default)
     no_override = types.SimpleNamespace(model_config=types.SimpleNamespace(quantization_config=None))
     nvfp4 = checkpoint is Fp4Checkpoint.MODELOPT_NVFP4
-    with cuda_platform(hardware.capability), mock.patch.object(quant, "get_current_vllm_config", lambda: no_override):
+    with cuda_platform(hardware.capability), mock.patch.object(oracle, "get_current_vllm_config", lambda: no_override):
         try:
             config = _moe_config(v, model, checkpoint, tp, ep)
         except AssertionError as exc:
