@@ -216,3 +216,65 @@ QUANTIZER_ROUNDING: dict[str, MxScaleRounding] = {
 """AITER's MXFP4 activation quantizers and their scale rounding, from the backend records
 (:mod:`backends.mxfp4_linear`): the suite's knowledge of AITER. Which quantizer each path calls is read from
 each engine's source."""
+
+
+# --- default backend selection ------------------------------------------------------------------------
+
+
+class Hardware(enum.Enum):
+    """The hardware classes whose default FP4 MoE backend the engines' selection code is asked for."""
+
+    SM90 = "sm90"  # Hopper (H100, H200, H20)
+    SM100 = "sm100"  # datacenter Blackwell (B200, GB200)
+    SM120 = "sm120"  # consumer / workstation Blackwell (RTX PRO 6000, RTX 5090)
+    GFX950 = "gfx950"  # AMD CDNA 4 (MI350X, MI355X)
+
+    @property
+    def capability(self) -> tuple[int, int] | None:
+        """The CUDA compute capability (``None``: a ROCm GPU)."""
+        return {"sm90": (9, 0), "sm100": (10, 0), "sm120": (12, 0)}.get(self.value)
+
+
+class Fp4Checkpoint(enum.Enum):
+    """How a model's FP4 checkpoint is quantized, which decides the engine's quantization method and so its
+    backend selection."""
+
+    GPT_OSS_MXFP4 = "gpt-oss MXFP4 (quant_method mxfp4, fused row-interleaved experts with biases)"
+    DSV4_FP4_EXPERTS = "DeepSeek-V4 FP4 routed experts (FP8 checkpoint, E8M0-scaled int4 experts)"
+    MODELOPT_NVFP4 = "NVIDIA ModelOpt NVFP4"
+    QUARK_MXFP4 = "AMD Quark OCP-MX MXFP4"
+
+
+FP4_CHECKPOINTS: dict[str, tuple[Fp4Checkpoint, str]] = {
+    "gpt-oss-20b": (Fp4Checkpoint.GPT_OSS_MXFP4, "openai/gpt-oss-20b"),
+    "gpt-oss-120b": (Fp4Checkpoint.GPT_OSS_MXFP4, "openai/gpt-oss-120b"),
+    "deepseek-v4": (Fp4Checkpoint.DSV4_FP4_EXPERTS, "DeepSeek-V4's released FP4 experts (SGLang #26250)"),
+    "deepseek-v4.1-flash": (Fp4Checkpoint.DSV4_FP4_EXPERTS, "vLLM PR #56697"),
+    "gemma-4-26b-a4b": (Fp4Checkpoint.MODELOPT_NVFP4, "nvidia/Gemma-4-26B-A4B-NVFP4"),
+    "nemotron-3-nano-30b-a3b": (Fp4Checkpoint.MODELOPT_NVFP4, "nvidia/NVIDIA-Nemotron-3-Nano-30B-A3B-NVFP4"),
+    "kimi-k2": (Fp4Checkpoint.MODELOPT_NVFP4, "nvidia/Kimi-K2-Thinking-NVFP4"),
+    "qwen3.8-flash-next": (Fp4Checkpoint.QUARK_MXFP4, "AMD Quark MXFP4 (vLLM PR #55213)"),
+    "minimax-m2": (Fp4Checkpoint.QUARK_MXFP4, "MiniMax-M2.1-MXFP4 (AITER PR #2642)"),
+}
+"""The catalogued models (:data:`strategies.catalog.MODELS`) with a public FP4 checkpoint, its quantization and
+where it is named."""
+
+
+class Undetermined(RuntimeError):
+    """Raised by a stand-in for a machine fact the selection code reads that a CPU machine cannot fake (a
+    driver version, an optional package's presence): the default is not determined, and the message says
+    which fact it hangs on."""
+
+
+@dataclass(frozen=True)
+class DefaultChoice:
+    """The backend an engine selects by default for a (model, hardware, TP, EP), read from its selection code.
+
+    ``backend``: the suite's backend record member the engine's choice maps to (the inverse of the engine's
+    ``*_BACKENDS`` map), ``None`` where the engine picks a kernel the suite has no record for or the choice is
+    not determined; ``reason``: what the engine chose, or why no member is given; ``consulted``: the engine
+    functions called, ``module.function (engine version)``."""
+
+    backend: enum.Enum | None
+    reason: str
+    consulted: tuple[str, ...]
