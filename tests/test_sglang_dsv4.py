@@ -236,11 +236,11 @@ def test_sharding_findings_are_the_ledgers(
         known = [k for k in DSV4_SHARDING_FAILURES if k.matches("moe_sharding", check.__name__, None, config)]
         if ledger is None:
             assert not known
-            check(config, None, policy)
+            check(config, backend, policy)
             continue
         assert [k.link.split("/sglang/")[-1].endswith(ledger) for k in known] == [True], known
         with pytest.raises(BaseException) as caught:
-            check(config, None, policy)
+            check(config, backend, policy)
         assert known[0].recognises(caught.value), caught.value
 
 
@@ -267,8 +267,8 @@ def test_sharding_ledger_is_exact(
     for check in (test_moe_sharding.check_every_element_on_one_rank, test_moe_sharding.check_ranks_sum_to_layer):
         known = [k for k in DSV4_SHARDING_FAILURES if k.matches("moe_sharding", check.__name__, None, config)]
         if not known:
-            check(config, None, policy)
+            check(config, backend, policy)
             continue
         with pytest.raises(BaseException) as caught:
-            check(config, None, policy)
+            check(config, backend, policy)
         assert any(k.recognises(caught.value) for k in known), caught.value
