@@ -4,11 +4,12 @@ FC1 rows arrive in the checkpoint's ``[gate; up]`` (vLLM's ``w13_weight``); Flas
 reads ``[up; gate]`` and the engine swaps the halves after aligning, vLLM's Triton kernel reads them as they
 are. Both rules are read from source (the ``sources`` of each record):
 
-* FlashInfer 0.7.4 ``trtllm_fp8_block_scale_moe`` (``DeepSeekFp8``): the kernels tile expert weights in
-  128-row blocks, so ``intermediate_size`` must be a multiple of 128 (its docstring, ``valid_intermediate_size``:
-  "a model dimension that is not (1856, 928) is supported by padding and declaring, not by passing it
-  directly"), and the hidden size is read in whole 128-blocks (``hidden_states_scale [hidden_size // 128,
-  seq_len]``, ``gemm1_weights_scale [E, 2·I // 128, hidden_size // 128]``).
+* FlashInfer 0.7.4 ``trtllm_fp8_block_scale_moe`` (``DeepSeekFp8``): ``Fp8BlockScaleLauncher::check_moe`` in
+  ``csrc/trtllm_fused_moe_kernel_launcher.cu`` checks ``intermediate_size % 128 == 0`` ("intermediate_size must
+  be a multiple of 128.") and ``hidden_states_scale.size(0) == hidden_size / 128``; the staged launcher checks
+  ``hidden_size % 128 == 0`` as well ("Staged FP8 block-scale MoE: hidden_size must be a multiple of 128.").
+  The Python docstring (``flashinfer/fused_moe/core.py``, ``valid_intermediate_size``) says the same: "a model
+  dimension that is not (1856, 928) is supported by padding and declaring, not by passing it directly".
 * vLLM 0.33.0's Triton fused MoE with ``block_shape = [128, 128]``: ``Fp8MoEMethod.create_weights`` calls
   ``validate_fp8_block_shape_moe``, which raises "The output_size of gate's and up's weight = I is not
   divisible by weight quantization block_n = 128" (and, at TP > 1, the same for ``block_k``); the kernel
@@ -41,16 +42,17 @@ class Fp8MoeBackend(enum.Enum):
 
 def trtllm_fp8_block_violations(intermediate: int, hidden: int) -> list[str]:
     """Why FlashInfer 0.7.4's ``trtllm_fp8_block_scale_moe`` rejects FP8 experts padded to ``(Ip, Hp)``:
-    ``Ip % 128`` (128-row weight tiles) and ``Hp % 128`` (``hidden_size // 128`` activation and weight scales)."""
+    ``Ip % 128`` and ``Hp % 128`` (its launcher's ``check_moe``)."""
     problems = []
     if intermediate % FP8_BLOCK:
         problems.append(
-            f"intermediate size {intermediate} is not a multiple of {FP8_BLOCK} (trtllm-gen tiles expert weights "
-            "in 128-row blocks; pad and declare valid_intermediate_size)"
+            f"intermediate size {intermediate} is not a multiple of {FP8_BLOCK} (FlashInfer: "
+            "'intermediate_size must be a multiple of 128.'; pad and declare valid_intermediate_size)"
         )
     if hidden % FP8_BLOCK:
         problems.append(
-            f"hidden size {hidden} is not a multiple of {FP8_BLOCK} (hidden_states_scale is [hidden_size // 128, T])"
+            f"hidden size {hidden} is not a multiple of {FP8_BLOCK} (FlashInfer: 'hidden_size must be a multiple of "
+            "128.'; hidden_states_scale is [hidden_size / 128, T])"
         )
     return problems
 
@@ -73,8 +75,10 @@ RECORDS = (
         contract=CONTRACT,
         entry_point="flashinfer.fused_moe.trtllm_fp8_block_scale_moe (Fp8QuantizationType.DeepSeekFp8)",
         sources=(
+            "flashinfer-python 0.7.4 csrc/trtllm_fused_moe_kernel_launcher.cu (Fp8BlockScaleLauncher::check_moe, "
+            "Fp8BlockScaleStagedMoeLauncher: intermediate_size % 128, hidden_size % 128)",
             "flashinfer-python 0.7.4 flashinfer/fused_moe/core.py (trtllm_fp8_block_scale_moe docstring: "
-            "gemm1_weights_scale, hidden_states_scale, valid_intermediate_size)",
+            "valid_intermediate_size)",
             "https://github.com/vllm-project/vllm/issues/54178",
         ),
         fc1_layout=Fc1Layout.UP_GATE,
