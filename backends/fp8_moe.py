@@ -75,7 +75,8 @@ RECORDS = (
         contract=CONTRACT,
         entry_point="flashinfer.fused_moe.trtllm_fp8_block_scale_moe (Fp8QuantizationType.DeepSeekFp8)",
         sources=(
-            "flashinfer-python 0.7.4 csrc/trtllm_fused_moe_kernel_launcher.cu (Fp8BlockScaleLauncher::check_moe, "
+            "flashinfer-python 0.7.4 flashinfer/data/csrc/trtllm_fused_moe_kernel_launcher.cu "
+            "(Fp8BlockScaleLauncher::check_moe, "
             "Fp8BlockScaleStagedMoeLauncher: intermediate_size % 128, hidden_size % 128)",
             "flashinfer-python 0.7.4 flashinfer/fused_moe/core.py (trtllm_fp8_block_scale_moe docstring: "
             "valid_intermediate_size)",
