@@ -1,4 +1,4 @@
-"""Assertions shared by the MoE alignment contracts (``nvfp4_moe``, ``mxfp4_moe``).
+"""Assertions shared by the MoE alignment contracts (``nvfp4_moe``, ``mxfp4_moe``, ``fp8_moe``).
 
 Each function states one part of a property and raises ``AssertionError`` with the numbers a
 triager needs; the contract modules compose them into ``check_*`` functions.
@@ -15,7 +15,16 @@ import torch
 from hypothesis import currently_in_test_context, reject
 
 from contracts.errors import CheckpointNotServed, UnsupportedConfig
-from contracts.moe import TENSOR_DTYPES, AlignedMoe, MoeAlignment, MoeWeights
+from contracts.moe import (
+    AlignedMoe,
+    MoeAlignment,
+    MoeWeights,
+    code_width,
+    scale_rows,
+    scale_width,
+    tensor_dtypes,
+    tiled,
+)
 from harness.properties import record_event
 from reference.errors import NanEncodingError
 from reference.formats import NVFP4_BLOCK, fp4_bytes_zero, scale_bytes_finite
@@ -47,17 +56,20 @@ def align_checked(
 
 def assert_shapes(aligned: AlignedMoe, experts: int, halves: int) -> None:
     """The padded tensors are ``w13 [E, F·Ip, Hp/2]``, ``w13_scale [E, F·Ip, Hp/g]``, ``w2 [E, Hp, Ip/2]``,
-    ``w2_scale [E, Hp, Ip/g]`` and, when present, ``w13_bias [E, F·Ip]``, ``w2_bias [E, Hp]``, each of the
-    dtype :data:`~subjects.moe.TENSOR_DTYPES` names (uint8 codes and scales, fp32 biases)."""
+    ``w2_scale [E, Hp, Ip/g]`` (FP8: ``w13 [E, F·Ip, Hp]``, ``w13_scale [E, F·ceil(Ip/128), ceil(Hp/128)]``,
+    ``w2 [E, Hp, Ip]``, ``w2_scale [E, ceil(Hp/128), ceil(Ip/128)]``) and, when present, ``w13_bias [E, F·Ip]``,
+    ``w2_bias [E, Hp]``, each of the dtype :func:`~contracts.moe.tensor_dtypes` names (uint8 codes, uint8 FP4
+    and fp32 FP8 scales, fp32 biases)."""
     w, ip, hp = aligned.weights, aligned.intermediate_size, aligned.hidden_size
-    for name, dtype in TENSOR_DTYPES.items():
+    g = w.block
+    for name, dtype in tensor_dtypes(g).items():
         t = getattr(w, name)
         assert t is None or t.dtype == dtype, f"{name} has dtype {t.dtype}, contract says {dtype}"
     expected = {
-        "w13": (experts, halves * ip, hp // 2),
-        "w13_scale": (experts, halves * ip, hp // w.block),
-        "w2": (experts, hp, ip // 2),
-        "w2_scale": (experts, hp, ip // w.block),
+        "w13": (experts, halves * ip, code_width(g, hp)),
+        "w13_scale": (experts, halves * scale_rows(g, ip), scale_width(g, hp)),
+        "w2": (experts, hp, code_width(g, ip)),
+        "w2_scale": (experts, scale_rows(g, hp), scale_width(g, ip)),
         "w13_bias": (experts, halves * ip),
         "w2_bias": (experts, hp),
     }
@@ -83,7 +95,16 @@ def pad_rule(tensor: str, block: int) -> PadRule:
     added weight codes, and ``finite · 0 = 0`` while ``NaN · 0 = NaN`` (so E4M3 0x7F / 0xFF and
     UE8M0 0xFF fail). FlashInfer 0.7.4's ``pad_trtllm_moe_weights`` fills scales with the
     format's 1.0 (UE8M0 127, E4M3 0x38), vLLM with 0. Added bias elements are zero.
+
+    FP8 (``block = 128``): added weight bytes are E4M3 zeros (0x00 or 0x80) and added fp32 tile scales are
+    finite (FlashInfer 0.7.4's ``valid_intermediate_size`` documentation: "it must hold zeros and finite scales").
     """
+    if tiled(block):
+        if tensor.endswith("_scale"):
+            return PadRule("a finite fp32 scale", torch.isfinite)
+        if tensor.endswith("_bias"):
+            return PadRule("zero", lambda t: t == 0)
+        return PadRule("E4M3 zero codes (0x00 or 0x80)", lambda t: (t & 0x7F) == 0)
     if tensor.endswith("_scale"):
         fmt = "E4M3" if block == NVFP4_BLOCK else "UE8M0"
         return PadRule(f"a finite {fmt} scale code", lambda t: scale_bytes_finite(t, block))

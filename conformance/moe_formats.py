@@ -4,8 +4,8 @@ A :class:`MoeFormat` names its contract and backend enum, its scale-group size (
 minimal-padding search and the pad rule's scale format), how a drawn configuration becomes a layer and
 the policy's alignment of it (the case builder), the MoE shape of a configuration, the re-quantization of
 the intermediate in the reference output, and which FC1 row order the policy's output is in. The
-properties themselves are written once, in :mod:`conformance.moe_properties`. Adding a format (FP8 next):
-its contract and backend records, a record here, and a test module calling
+properties themselves are written once, in :mod:`conformance.moe_properties`. Adding a format: its contract
+and backend records, a record here, and a test module calling
 :func:`conformance.moe_properties.moe_alignment_properties` with it.
 """
 
@@ -20,12 +20,14 @@ import torch
 from hypothesis.strategies import SearchStrategy
 
 from backends import record
+from backends.fp8_moe import Fp8MoeBackend
 from backends.mxfp4_moe import Mxfp4MoeBackend
 from backends.nvfp4_moe import Nvfp4MoeBackend
-from conformance.layers import MoeLayer, align_mxfp4, align_nvfp4
+from conformance.layers import MoeLayer, align_fp8, align_mxfp4, align_nvfp4
 from conformance.moe_checks import PadRule, pad_rule
-from conformance.regressions import MXFP4_MOE_REGRESSIONS, NVFP4_MOE_REGRESSIONS
-from contracts.moe import MXFP4_MOE, NVFP4_MOE, AlignedMoe, MoeAlignment
+from conformance.regressions import FP8_MOE_REGRESSIONS, MXFP4_MOE_REGRESSIONS, NVFP4_MOE_REGRESSIONS
+from contracts.moe import FP8_MOE, MXFP4_MOE, NVFP4_MOE, AlignedMoe, MoeAlignment
+from reference import fp8
 from reference.formats import MXFP4_BLOCK, NVFP4_BLOCK, GlobalScale, nvfp4_dequantize, nvfp4_quantize
 from reference.layouts import Fc1Layout
 from strategies.moe import MoeShape, moe_shapes
@@ -108,3 +110,22 @@ MXFP4 = MoeFormat(
 )
 """MXFP4 experts (``block = 32``), gated, from a stacked or row-interleaved checkpoint, with or without biases;
 the policy reorders FC1 rows to the backend's."""
+
+FP8_BLOCK = MoeFormat(
+    name="fp8",
+    contract=FP8_MOE,
+    backends=Fp8MoeBackend,
+    block=fp8.FP8_BLOCK,
+    config=MoeShape,
+    # ranks split and adversarial sizes drawn in 16-channel units: intermediate sizes per rank that are not
+    # whole 128-blocks (80 = 640 / 8) are the format's subject
+    strategy=moe_shapes(group=NVFP4_BLOCK, contract=FP8_MOE),
+    pins=FP8_MOE_REGRESSIONS,
+    shape=lambda shape: shape,
+    align=align_fp8,
+    requantize=None,
+    aligned_layout=Fc1Layout.GATE_UP,  # vLLM's w13 [w1; w3]; the engine swaps for trtllm-gen's [up; gate] afterwards
+)
+"""Block-scaled FP8 experts (E4M3 bytes, fp32 128x128 tile scales), gated or not, FC1 rows ``[gate; up]`` in and
+out of the policy. The reference applies no re-quantization to the intermediate (the kernels' per-token
+1x128 activation quantization is not modelled: zero pad channels leave every group's amax unchanged)."""

@@ -20,6 +20,16 @@ NVFP4_MOE_REGRESSIONS = (
 """``nvfp4_moe``: Gemma-4-26B-A4B at TP=4 (vLLM #46879, the ``M % 128`` assert) and TP=2 (vLLM #55649, silent
 gate/up mispairing), GLM-4.5-Air TP=8, Mellum2 TP=4, Qwen3-30B-A3B TP=8 and Nemotron-3-Nano TP=1/2 (non-gated)."""
 
+FP8_MOE_REGRESSIONS = (
+    pinned_shape("qwen3.8-flash-next", 8),  # I 640 / 8 = 80 per rank: vLLM #54178 (pad to 128)
+    pinned_shape("qwen3.8-flash-next", 4),  # I 160 per rank: one whole 128-block and a partial one
+    pinned_shape("qwen3-30b-a3b", 8),  # I 96 per rank, H 2048
+    pinned_shape("gemma-4-26b-a4b", 2),  # I 352 per rank, H 2816 (22 blocks of 128)
+    pinned_shape("nemotron-3-nano-30b-a3b", 2),  # non-gated I 928, H 2688 (21 blocks)
+)
+"""``fp8_moe``: ranks whose intermediate size is not a whole number of 128-blocks (Qwen3.8-Flash-Next at TP=8,
+vLLM #54178 / PR #55867) and hidden sizes that are whole 128-blocks or not."""
+
 MXFP4_MOE_REGRESSIONS = (
     pinned_config("gpt-oss-120b", 4),  # I 736 per rank (docs/models.md §4)
     pinned_config("gpt-oss-120b", 4, rank=-1),  # last rank: 672 real channels of 736

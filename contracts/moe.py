@@ -1,9 +1,10 @@
-"""Vocabulary of the MoE alignment contracts (``nvfp4_moe`` and ``mxfp4_moe``): weights, result, protocol.
+"""Vocabulary of the MoE alignment contracts (``nvfp4_moe``, ``mxfp4_moe``, ``fp8_moe``): weights, result, protocol.
 
 Protocol: a policy has ``align_moe(backend, weights, gated) -> AlignedMoe``. It gets one rank's
 expert weights, FC1 rows in the layout ``weights.fc1_layout`` names (``nvfp4_moe``: FlashInfer's
 stacked ``[up; gate]``; ``mxfp4_moe``: the checkpoint's, stacked ``[gate; up]`` or gpt-oss's
-row-interleaved pairs), and returns zero-padded weights plus the sizes handed to the kernel.
+row-interleaved pairs; ``fp8_moe``: the checkpoint's stacked ``[gate; up]``), and returns zero-padded weights
+plus the sizes handed to the kernel.
 It may raise :class:`contracts.errors.UnsupportedConfig` to refuse a configuration; the properties treat a refusal
 of a shape real models produce as a failure. The backend (an enum of the contract) says which
 format and kernel library the weights are for (its record: :mod:`backends`).
@@ -22,6 +23,7 @@ from typing import Protocol, runtime_checkable
 
 import torch
 
+from reference.fp8 import FP8_BLOCK, ceil_div
 from reference.layouts import Fc1Layout, relayout_fc1, split_fc1
 from reference.padding import pad_dim, pad_fused_rows
 
@@ -29,15 +31,40 @@ NVFP4_MOE = "nvfp4_moe"
 """Contract name: NVFP4 experts (``block = 16``), FC1 rows in FlashInfer's ``[up; gate]``."""
 MXFP4_MOE = "mxfp4_moe"
 """Contract name: MXFP4 experts (``block = 32``), FC1 rows in the checkpoint's layout."""
+FP8_MOE = "fp8_moe"
+"""Contract name: FP8 E4M3 experts with 128x128 fp32 block scales (``block = 128``), FC1 rows ``[gate; up]``."""
+
+
+def tiled(block: int) -> bool:
+    """Whether ``block`` names 2-D scale tiles (FP8's ``block x block``) rather than 1-D row groups (FP4)."""
+    return block == FP8_BLOCK
+
+
+def code_width(block: int, k: int) -> int:
+    """Bytes of ``k`` elements along a row: ``k`` E4M3 bytes (FP8), ``k/2`` packed E2M1 pairs (FP4)."""
+    return k if tiled(block) else k // 2
+
+
+def scale_rows(block: int, n: int) -> int:
+    """Scale rows of ``n`` weight rows: ``ceil(n/128)`` tiles (FP8), one per row (FP4)."""
+    return ceil_div(n, block) if tiled(block) else n
+
+
+def scale_width(block: int, k: int) -> int:
+    """Scale columns of ``k`` elements: ``ceil(k/block)`` (``k/block`` for FP4's whole groups)."""
+    return ceil_div(k, block)
 
 
 @dataclass(frozen=True)
 class MoeWeights:
-    """One rank's FP4 experts with ``block``-element scale groups (16 NVFP4, 32 MXFP4).
+    """One rank's experts with ``block``-element scale groups (16 NVFP4, 32 MXFP4) or ``block x block`` scale
+    tiles (128 FP8).
 
-    ``w13`` uint8 ``[E, F·I, H/2]``, ``w13_scale`` uint8 ``[E, F·I, H/block]``,
-    ``w2`` uint8 ``[E, H, I/2]``, ``w2_scale`` uint8 ``[E, H, I/block]``; ``F = 2`` if gated
-    (dtypes: :data:`TENSOR_DTYPES`).
+    FP4: ``w13`` uint8 ``[E, F·I, H/2]``, ``w13_scale`` uint8 ``[E, F·I, H/block]``,
+    ``w2`` uint8 ``[E, H, I/2]``, ``w2_scale`` uint8 ``[E, H, I/block]``; ``F = 2`` if gated.
+    FP8: ``w13`` uint8 E4M3 bytes ``[E, F·I, H]``, ``w13_scale`` fp32 ``[E, F·ceil(I/128), ceil(H/128)]`` (each
+    gate/up half its own tiles), ``w2`` uint8 ``[E, H, I]``, ``w2_scale`` fp32 ``[E, ceil(H/128), ceil(I/128)]``
+    (:func:`code_width`, :func:`scale_rows`, :func:`scale_width`; dtypes: :func:`tensor_dtypes`).
     ``fc1_layout`` is the row order of gated FC1 tensors (weights, scales and bias alike).
     Optional fp32 biases: ``w13_bias [E, F·I]`` (in ``fc1_layout``) and ``w2_bias [E, H]``.
     """
@@ -57,7 +84,7 @@ class MoeWeights:
 
     @property
     def intermediate_size(self) -> int:
-        return 2 * self.w2.shape[2]
+        return self.w2.shape[2] if tiled(self.block) else 2 * self.w2.shape[2]
 
 
 FC1_TENSORS = ("w13", "w13_scale", "w13_bias")
@@ -74,6 +101,13 @@ TENSOR_DTYPES = {
 """The dtype of each :class:`MoeWeights` tensor, in and out of a policy: packed E2M1 codes and block-scale
 codes (E4M3 for ``block = 16``, UE8M0 for 32) are bytes, uint8 (an engine's float8 view of a scale is
 its own business); biases fp32."""
+
+
+def tensor_dtypes(block: int) -> dict[str, torch.dtype]:
+    """:data:`TENSOR_DTYPES` of ``block``'s format: FP8 block scales are fp32 (vLLM's ``weight_scale_inv``)."""
+    if tiled(block):
+        return {**TENSOR_DTYPES, "w13_scale": torch.float32, "w2_scale": torch.float32}
+    return TENSOR_DTYPES
 
 
 @dataclass(frozen=True)
@@ -93,8 +127,9 @@ class MoeAlignment(Protocol):
 
 
 def _pad_fc1(x: torch.Tensor, f: int, layout: Fc1Layout, padded_intermediate: int) -> torch.Tensor:
-    """Pad FC1 rows (dim -2) to ``F·Ip``: per half when stacked; at the end when row-interleaved,
-    where each added pair is a zero (gate, up) pair and every real pair stays adjacent."""
+    """Pad FC1 rows (dim -2) to ``F·Ip`` (``Ip`` rows per half, or scale rows per half): per half when stacked;
+    at the end when row-interleaved, where each added pair is a zero (gate, up) pair and every real pair stays
+    adjacent."""
     if f == 2 and layout.interleaved:
         return pad_dim(x, -2, 2 * padded_intermediate)
     return pad_fused_rows(x, f, padded_intermediate)
@@ -114,16 +149,18 @@ def owned(result: torch.Tensor | None, given: torch.Tensor | None) -> torch.Tens
 
 def pad_moe(weights: MoeWeights, gated: bool, padded_intermediate: int, padded_hidden: int) -> AlignedMoe:
     """Zero-pad to ``(Ip, Hp)``: FC1 rows per half (at the end of row-interleaved pairs), FC1's hidden
-    columns, FC2 rows and FC2's K; ``w13_bias`` like FC1 rows, ``w2_bias`` at its end. Every tensor is new
-    (:func:`owned`), even where nothing is added."""
+    columns, FC2 rows and FC2's K, and their scales to the padded sizes' scale grid (zero scales, FP8 tiles
+    included); ``w13_bias`` like FC1 rows, ``w2_bias`` at its end. Every tensor is new (:func:`owned`), even
+    where nothing is added."""
     f = 2 if gated else 1
     ip, hp, block, layout = padded_intermediate, padded_hidden, weights.block, weights.fc1_layout
     b13 = None if weights.w13_bias is None else _pad_fc1(weights.w13_bias[..., None], f, layout, ip)[..., 0]
+    rows_i, rows_h = scale_rows(block, ip), scale_rows(block, hp)
     padded = {
-        "w13": pad_dim(_pad_fc1(weights.w13, f, layout, ip), -1, hp // 2),
-        "w13_scale": pad_dim(_pad_fc1(weights.w13_scale, f, layout, ip), -1, hp // block),
-        "w2": pad_dim(pad_dim(weights.w2, -2, hp), -1, ip // 2),
-        "w2_scale": pad_dim(pad_dim(weights.w2_scale, -2, hp), -1, ip // block),
+        "w13": pad_dim(_pad_fc1(weights.w13, f, layout, ip), -1, code_width(block, hp)),
+        "w13_scale": pad_dim(_pad_fc1(weights.w13_scale, f, layout, rows_i), -1, scale_width(block, hp)),
+        "w2": pad_dim(pad_dim(weights.w2, -2, hp), -1, code_width(block, ip)),
+        "w2_scale": pad_dim(pad_dim(weights.w2_scale, -2, rows_h), -1, scale_width(block, ip)),
         "w13_bias": b13,
         "w2_bias": None if weights.w2_bias is None else pad_dim(weights.w2_bias, -1, hp),
     }
@@ -160,10 +197,10 @@ def cut_hidden(weights: MoeWeights, hidden: int) -> MoeWeights:
     g = weights.block
     return replace(
         weights,
-        w13=weights.w13[..., : hidden // 2].contiguous(),
-        w13_scale=weights.w13_scale[..., : hidden // g].contiguous(),
+        w13=weights.w13[..., : code_width(g, hidden)].contiguous(),
+        w13_scale=weights.w13_scale[..., : scale_width(g, hidden)].contiguous(),
         w2=weights.w2[..., :hidden, :].contiguous(),
-        w2_scale=weights.w2_scale[..., :hidden, :].contiguous(),
+        w2_scale=weights.w2_scale[..., : scale_rows(g, hidden), :].contiguous(),
         w2_bias=None if weights.w2_bias is None else weights.w2_bias[..., :hidden].contiguous(),
     )
 

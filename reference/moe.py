@@ -58,24 +58,42 @@ def split_gate_up(h: torch.Tensor, order: GateUpOrder) -> tuple[torch.Tensor, to
     return (first, second) if order is GateUpOrder.GATE_UP else (second, first)
 
 
+WIDTH_FREE_RUN = 64
+"""Elements each transcendental input is repeated to (:func:`width_free`): a multiple of every CPU vector
+loop's step (two AVX-512 fp32 vectors are 32)."""
+
+
+def width_free(fn: Callable[[torch.Tensor], torch.Tensor], x: torch.Tensor) -> torch.Tensor:
+    """``fn(x)`` elementwise, each element's bits independent of ``x``'s width.
+
+    ATen's CPU elementwise loops run whole vector steps and a scalar tail, and a transcendental (``exp``
+    in ``silu``, ``tanh`` in GELU) may differ in the last bit between the two; so an element's result
+    depends on where it sits (a 16-wide gate row runs in the tail, a 128-wide one in the body). Each
+    element is repeated :data:`WIDTH_FREE_RUN` times, so every run is whole vector steps.
+    """
+    wide = x.unsqueeze(-1).expand(*x.shape, WIDTH_FREE_RUN).contiguous()
+    return fn(wide)[..., 0].contiguous()
+
+
 def activate(h: torch.Tensor, act: Activation, order: GateUpOrder) -> torch.Tensor:
     """Apply ``act`` to FC1 outputs ``h [..., F·I]``; returns ``[..., I]`` (fp32).
 
     Every activation maps a zero gate/up pair to exactly 0, which is what makes zero padding of
-    FC1 rows invisible downstream.
+    FC1 rows invisible downstream; transcendentals are :func:`width_free`, so padding does not move a
+    real channel's bits either.
     """
     if act.kind is ActivationKind.RELU2:
         return torch.relu(h).square()
     gate, up = split_gate_up(h, order)
     if act.kind is ActivationKind.SWIGLU:
-        return torch.nn.functional.silu(gate) * up
+        return width_free(torch.nn.functional.silu, gate) * up
     if act.kind is ActivationKind.GEGLU:
-        return torch.nn.functional.gelu(gate, approximate="tanh") * up
+        return width_free(lambda g: torch.nn.functional.gelu(g, approximate="tanh"), gate) * up
     if act.kind is ActivationKind.SWIGLU_OAI:
         if act.limit is not None:
             gate = gate.clamp(max=act.limit)
             up = up.clamp(-act.limit, act.limit)
-        return (up + act.beta) * (gate * torch.sigmoid(act.alpha * gate))
+        return (up + act.beta) * (gate * width_free(torch.sigmoid, act.alpha * gate))
     raise ShapeContractError(f"unknown activation {act!r}")
 
 

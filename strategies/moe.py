@@ -145,7 +145,7 @@ CONTRACT_OF_GROUP = {NVFP4_BLOCK: "nvfp4_moe", MXFP4_BLOCK: "mxfp4_moe"}
 
 
 @functools.cache
-def adversarial_sizes(group: int) -> st.SearchStrategy[tuple[int, int]]:
+def adversarial_sizes(group: int, contract: str | None = None) -> st.SearchStrategy[tuple[int, int]]:
     """``(local intermediate, hidden)`` of an adversarial rank, aimed at the backends' rules.
 
     Each size is either on / next to / half-way between multiples of the rules' moduli
@@ -153,7 +153,7 @@ def adversarial_sizes(group: int) -> st.SearchStrategy[tuple[int, int]]:
     intermediate size, whole 32-element blocks for the hidden size) or any whole number of blocks.
     Shrinks to ``(group, 32)``'s neighbourhood: the smallest modulus, on its boundary.
     """
-    contract = CONTRACT_OF_GROUP[group]
+    contract = contract or CONTRACT_OF_GROUP[group]
     intermediate = st.one_of(
         boundary_sizes(unit=group, moduli=moduli_for(f"{contract}.intermediate", unit=group)),
         st.integers(1, 32).map(lambda a: group * a),
@@ -186,9 +186,15 @@ def rank_widths(intermediate: int, hidden: int, scale: Scale) -> tuple[int, int]
 
 
 @st.composite
-def moe_shapes(draw: st.DrawFn, group: int = 16, activations: tuple[Activation, ...] = ACTIVATIONS) -> MoeShape:
-    """A :class:`MoeShape` for quantization group ``group`` (16 NVFP4, 32 MXFP4): a catalogued model's
-    rank or an adversarial one (:func:`adversarial_sizes`), at a drawn :class:`Scale`. Shrinks to the
+def moe_shapes(
+    draw: st.DrawFn,
+    group: int = 16,
+    activations: tuple[Activation, ...] = ACTIVATIONS,
+    contract: str | None = None,
+) -> MoeShape:
+    """A :class:`MoeShape` for quantization group ``group`` (16 NVFP4, 32 MXFP4; the unit ranks are split and
+    adversarial sizes drawn in), aimed at ``contract``'s rules (default: the group's FP4 contract): a
+    catalogued model's rank or an adversarial one (:func:`adversarial_sizes`), at a drawn :class:`Scale`. Shrinks to the
     reduced adversarial TP=1 rank; a failure that needs real sizes keeps them, one that needs many
     experts shrinks to 5."""
     pin = current_pin()
@@ -197,7 +203,7 @@ def moe_shapes(draw: st.DrawFn, group: int = 16, activations: tuple[Activation, 
     if adversarial:
         tp = pin.tp if pin.tp is not None else draw(st.sampled_from(TP_DEGREES))
         ep = bool(pin.ep)
-        local, hidden = draw(adversarial_sizes(group))
+        local, hidden = draw(adversarial_sizes(group, contract))
         experts = draw(st.sampled_from(EXPERT_COUNTS)) if scale is Scale.MANY_EXPERTS else 8
         m = ModelShape("adversarial", hidden, local * tp, 0, experts, 8, SWIGLU)
         activation = draw(st.sampled_from(activations))

@@ -3,7 +3,8 @@
 Random FP4 bytes cover every E2M1 code. NVFP4 E4M3 block-scale bytes stay in ``0x20..0x48``
 (about 0.0078..3.0: finite, positive, no NaN byte 0x7F, no sign bit) with power-of-two global
 decode scales; MXFP4 UE8M0 bytes stay in ``118..122`` (2^-9..2^-5, as vLLM's MXFP4 MoE tests
-draw). A rank whose real channel count is below its buffer holds zeros in the tail, as the
+draw). FP8 E4M3 weight bytes are any non-NaN byte (0x7F and 0xFF excluded) and their fp32 128x128 tile scales
+powers of two 2^-9..2^-5. A rank whose real channel count is below its buffer holds zeros in the tail, as the
 whole-block loader leaves it.
 """
 
@@ -13,7 +14,7 @@ from dataclasses import dataclass
 
 import torch
 
-from contracts.moe import MoeWeights, select_experts
+from contracts.moe import MoeWeights, code_width, scale_rows, scale_width, select_experts, tiled
 from reference.formats import (
     MXFP4_BLOCK,
     NVFP4_BLOCK,
@@ -24,6 +25,7 @@ from reference.formats import (
     mxfp4_dequantize,
     nvfp4_dequantize,
 )
+from reference.fp8 import Fp8Quantized, fp8_block_dequantize
 from reference.padding import unpad_fused_rows
 from strategies.moe import MoeShape
 
@@ -42,7 +44,7 @@ def random_bytes(gen: torch.Generator, *shape: int, low: int = 0, high: int = 25
 
 @dataclass(frozen=True)
 class MoeCase:
-    """One rank's FP4 MoE layer: weights (stacked FC1 halves), decode scales ``[E]``, inputs."""
+    """One rank's quantized MoE layer: weights (stacked FC1 halves), decode scales ``[E]``, inputs."""
 
     weights: MoeWeights
     w13_decode: torch.Tensor
@@ -51,22 +53,40 @@ class MoeCase:
     logits: torch.Tensor
 
 
+def _fp8_bytes(gen: torch.Generator, *shape: int) -> torch.Tensor:
+    """Random E4M3 bytes ``shape``: any magnitude code but the NaN one (0x7F), either sign."""
+    return random_bytes(gen, *shape, high=0x7F) | (random_bytes(gen, *shape, high=2) << 7)
+
+
+def _fp8_scales(gen: torch.Generator, *shape: int) -> torch.Tensor:
+    """fp32 tile scales ``shape``, powers of two 2^-9..2^-5."""
+    return torch.ldexp(torch.ones(shape), torch.randint(-9, -4, shape, generator=gen))
+
+
 def moe_case(shape: MoeShape, block: int) -> MoeCase:
     """Build the layer of ``shape`` from ``shape.seed`` with ``block``-element scale groups
-    (16 NVFP4, 32 MXFP4); channels ``>= real_intermediate`` are zero, bytes and scales alike."""
+    (16 NVFP4, 32 MXFP4) or ``block x block`` tiles (128 FP8); channels ``>= real_intermediate`` are zero,
+    bytes and (whole-group or whole-tile) scales alike."""
     g = generator(shape.seed)
     e, i, h, f = shape.experts, shape.intermediate, shape.hidden, 2 if shape.gated else 1
-    low, high = SCALE_BYTES[block]
-    w13 = random_bytes(g, e, f * i, h // 2)
-    w13_scale = random_bytes(g, e, f * i, h // block, low=low, high=high)
-    w2 = random_bytes(g, e, h, i // 2)
-    w2_scale = random_bytes(g, e, h, i // block, low=low, high=high)
+    fp8 = tiled(block)
+    if fp8:
+        w13, w2 = _fp8_bytes(g, e, f * i, h), _fp8_bytes(g, e, h, i)
+        w13_scale = _fp8_scales(g, e, f * scale_rows(block, i), scale_width(block, h))
+        w2_scale = _fp8_scales(g, e, scale_rows(block, h), scale_width(block, i))
+    else:
+        low, high = SCALE_BYTES[block]
+        w13 = random_bytes(g, e, f * i, h // 2)
+        w13_scale = random_bytes(g, e, f * i, h // block, low=low, high=high)
+        w2 = random_bytes(g, e, h, i // 2)
+        w2_scale = random_bytes(g, e, h, i // block, low=low, high=high)
     real = shape.real_intermediate
     if real < i:
+        rows, tail = scale_rows(block, i), scale_rows(block, real) if fp8 else real
         for half in range(f):
             w13[:, half * i + real : (half + 1) * i] = 0
-            w13_scale[:, half * i + real : (half + 1) * i] = 0
-        w2[..., real // 2 :] = 0
+            w13_scale[:, half * rows + tail : (half + 1) * rows] = 0
+        w2[..., code_width(block, real) :] = 0
         w2_scale[..., -(-real // block) :] = 0
     nvfp4 = block == NVFP4_BLOCK
     w13_decode = torch.ldexp(torch.ones(e), torch.randint(-8, -2, (e,), generator=g)) if nvfp4 else torch.ones(e)
@@ -77,15 +97,16 @@ def moe_case(shape: MoeShape, block: int) -> MoeCase:
 
 
 def real_channels(weights: MoeWeights, gated: bool, real: int) -> MoeWeights:
-    """The weights restricted to the ``real`` channels of each FC1 half and FC2's K."""
-    f = 2 if gated else 1
+    """The weights restricted to the ``real`` channels of each FC1 half and FC2's K (and the scale rows and
+    columns that cover them)."""
+    f, g = 2 if gated else 1, weights.block
     i = weights.intermediate_size
     return MoeWeights(
         w13=unpad_fused_rows(weights.w13, f, real) if real < i else weights.w13,
-        w13_scale=unpad_fused_rows(weights.w13_scale, f, real) if real < i else weights.w13_scale,
-        w2=weights.w2[..., : real // 2],
-        w2_scale=weights.w2_scale[..., : real // weights.block],
-        block=weights.block,
+        w13_scale=unpad_fused_rows(weights.w13_scale, f, scale_rows(g, real)) if real < i else weights.w13_scale,
+        w2=weights.w2[..., : code_width(g, real)],
+        w2_scale=weights.w2_scale[..., : scale_width(g, real)],
+        block=g,
     )
 
 
@@ -95,16 +116,24 @@ def dequantize_moe(
     """fp32 ``(w13 [E, F·I, H], w2 [E, H, I])``.
 
     NVFP4: E4M3 scales times per-expert decode global scales. MXFP4: UE8M0 scales decoded the
-    OCP way (zero-padded blocks carry byte 0 = 2^-127, finite, so their zero codes stay 0).
+    OCP way (zero-padded blocks carry byte 0 = 2^-127, finite, so their zero codes stay 0). FP8: E4M3 bytes
+    times their fp32 128x128 tile scale (:func:`reference.fp8.fp8_block_dequantize`), each FC1 half on its own tiles.
     """
 
-    def deq(packed: torch.Tensor, scales: torch.Tensor, decode: torch.Tensor) -> torch.Tensor:
+    def deq(packed: torch.Tensor, scales: torch.Tensor, decode: torch.Tensor, halves: int) -> torch.Tensor:
+        if tiled(weights.block):  # each gated FC1 half has its own tiles
+            parts = zip(packed.chunk(halves, dim=-2), scales.chunk(halves, dim=-2), strict=True)
+            return torch.cat([fp8_block_dequantize(Fp8Quantized(p, s), weights.block) for p, s in parts], dim=-2)
         q = Quantized(packed, scales)
         if weights.block == NVFP4_BLOCK:
             return nvfp4_dequantize(q, decode[:, None, None], GlobalScale.DECODE)
         return mxfp4_dequantize(q, Ue8m0Byte0.POW2, Ue8m0Byte255.NAN)
 
-    return deq(weights.w13, weights.w13_scale, w13_decode), deq(weights.w2, weights.w2_scale, w2_decode)
+    fc1_halves = weights.w13.shape[-2] // weights.intermediate_size
+    return (
+        deq(weights.w13, weights.w13_scale, w13_decode, fc1_halves),
+        deq(weights.w2, weights.w2_scale, w2_decode, 1),
+    )
 
 
 def routed_experts_only(weights: MoeWeights, ids: torch.Tensor) -> tuple[MoeWeights, torch.Tensor, torch.Tensor]:

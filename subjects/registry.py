@@ -30,6 +30,7 @@ _CONTRACT_MODULES = (
     "subjects.mxfp4_linear",
     "subjects.shared_expert",
     "subjects.mxfp4_moe",
+    "subjects.fp8_moe",
     "subjects.moe_sharding",
     "subjects.vllm.subject",
     "subjects.sglang.subject",

@@ -20,7 +20,7 @@ from harness.hardware import REQUIREMENTS
 from subjects.registry import backends, contracts
 
 MEMBERS = [m for e in enums() for m in e]
-UPSTREAM_FILE = re.compile(r"^[\w.-]+(/[\w.-]+)? (\d+\.\d+\.\d+ )?[\w./-]+\.py")
+UPSTREAM_FILE = re.compile(r"^[\w.-]+(/[\w.-]+)? (\d+\.\d+\.\d+ )?[\w./-]+\.(py|cu)\b")
 """A source that is not a link names an upstream file: ``package version path`` or ``owner/repo path``."""
 
 

@@ -250,6 +250,20 @@ def test_activation_zero_pairs_give_exact_zero(
     assert torch.allclose(out.double(), want, rtol=1e-5, atol=1e-6), f"{act} ({order.name}) differs from its formula"
 
 
+@given(act=ACTIVATION, tokens=st.integers(1, 4), inter=st.integers(1, 80), pad=st.integers(1, 160), seed=SEED)
+def test_activation_of_a_channel_does_not_depend_on_the_width(
+    act: Activation, tokens: int, inter: int, pad: int, seed: int
+) -> None:
+    """A real channel's activation has the same bits whether its row is ``inter`` or ``inter + pad`` wide
+    (zero-padded per half): ATen's scalar tail and vector body would differ in the last bit of ``exp``."""
+    f = 2 if act.gated else 1
+    h = torch.randn(tokens, f, inter, generator=gen(seed)) * 4
+    wide = torch.cat((h, torch.zeros(tokens, f, pad)), dim=-1)
+    narrow_out = activate(h.flatten(1), act, GateUpOrder.GATE_UP)
+    wide_out = activate(wide.flatten(1), act, GateUpOrder.GATE_UP)
+    assert torch.equal(wide_out[:, :inter], narrow_out), f"{act}: padding the row changed a real channel's bits"
+
+
 def test_split_gate_up_orders_and_odd_width() -> None:
     h = torch.arange(8.0).reshape(1, 8)
     gate, up = split_gate_up(h, GateUpOrder.GATE_UP)
