@@ -1,9 +1,10 @@
-"""Contract ``moe_sharding``: every rank's shard of a checkpoint's FP4 experts, all ranks together.
+"""Contract ``moe_sharding``: every rank's shard of a checkpoint's FP4 or block-FP8 experts, all ranks together.
 
 For a catalogued model's global MoE layer (or adversarial sizes whose even split cuts scale groups,
 gives ranks less than one group, or leaves the last ranks short or empty) at TP ∈ {1, 2, 4, 8, 16}
 x EP ∈ {1, 2, 4, 8, 16} (``tp·ep <= 16``, expert counts with ``E % ep != 0`` and ``E < ep``), NVFP4 or
-MXFP4 groups, a stacked or row-interleaved checkpoint, with or without gpt-oss-style biases, and a
+MXFP4 groups or block-FP8 128x128 tiles (whole tiles per rank: FC1 scale rows and FC2 scale columns cover
+128 channels each), a stacked or (FP4) row-interleaved checkpoint, with or without gpt-oss-style biases, and a
 kernel backend of the format, the policy under test splits the layer across ranks. Properties:
 every expert lives on exactly one EP rank, held by all of its TP ranks; every real element, scale and
 bias lands on exactly one rank, in its place (at the rank's ``start`` buffer position), with whole
@@ -12,12 +13,15 @@ padded silently); ``w2_bias`` is held whole by one TP rank of its expert's EP ra
 ranks' partial MoE outputs, biases included, sum to the unsharded layer's (a rank without channels
 contributes at most the ``w2_bias`` it holds, a rank without experts exactly zero).
 
-Each property runs once per format (``test_NAME_nvfp4``, ``test_NAME_mxfp4``: the format's groups are drawn),
+Each property runs once per format (``test_NAME_nvfp4``, ``test_NAME_mxfp4``, ``test_NAME_fp8``: the format's
+groups are drawn),
 with the format's kernel backends as the test's parameter (``--backend`` and the records' markers apply).
 Pinned: Gemma-4-26B-A4B at TP=8 (704/8 = 88 channels straddle 16-groups, ``docs/vllm-logic.md §15``),
 Qwen3-30B-A3B at TP=16 (768/16 = 48: 3 NVFP4 groups per rank), gpt-oss-120b at TP=8 (2880 = 90 MXFP4
-blocks over 8 ranks: 12 blocks each, the last rank 6) and gpt-oss-120b with biases at TP=2 x EP=4 over 6
-experts (``E % ep = 2``: EP ranks of 2, 2, 1 and 1 experts).
+blocks over 8 ranks: 12 blocks each, the last rank 6), gpt-oss-120b with biases at TP=2 x EP=4 over 6
+experts (``E % ep = 2``: EP ranks of 2, 2, 1 and 1 experts) and block-FP8 Qwen3.8-Flash-Next (I = 640, five
+128-tiles) at TP=8 (vLLM #54178: 80 channels per rank cut a tile; one tile each on ranks 0-4, ranks 5-7
+empty) and TP=4 (vLLM PR #55867's "A | B, C | D, E | pad, pad | pad": a short rank 2 and an empty rank 3).
 """
 
 from __future__ import annotations
@@ -30,9 +34,9 @@ import pytest
 import torch
 
 from conformance.moe_checks import PadRule, assert_embedded, assert_shapes, fc1_parts, pad_rule
-from conformance.moe_formats import MXFP4, NVFP4
+from conformance.moe_formats import FP8_BLOCK, MXFP4, NVFP4
 from contracts.errors import UnsupportedConfig
-from contracts.moe import AlignedMoe, MoeWeights, relayout_moe, select_experts
+from contracts.moe import AlignedMoe, MoeWeights, channel_unit, relayout_moe, select_experts
 from contracts.moe_sharding import CONTRACT, MoeSharding, RankShard, ShardRefused, rank_coordinates
 from harness.properties import check, property_test, record_event
 from reference.layouts import Fc1Layout, relayout_fc1
@@ -48,6 +52,10 @@ REGRESSIONS = {
     MXFP4.name: (
         pinned_sharding("gpt-oss-120b", 8, block=32),
         pinned_sharding("gpt-oss-120b", 2, 32, ep=4, experts=6, bias=True),
+    ),
+    FP8_BLOCK.name: (
+        pinned_sharding("qwen3.8-flash-next", 8, FP8_BLOCK.block),
+        pinned_sharding("qwen3.8-flash-next", 4, FP8_BLOCK.block),
     ),
 }
 """The pinned layers of each format's tests."""
@@ -201,15 +209,16 @@ def check_every_element_on_one_rank(config: ShardingConfig, backend: enum.Enum |
             if getattr(src, name) is None:
                 continue
             assert getattr(w, name) is not None, f"rank {r} dropped the checkpoint's {name}"
-            dim = -1 if name == "w13_bias" else -2
+            dim, u = -1 if name == "w13_bias" else -2, channel_unit(g, name)
             full = fc1_parts(getattr(mine, name), src.fc1_layout, config.gated, dim)
             held = fc1_parts(getattr(w, name), w.fc1_layout, config.gated, dim)
             for label in full:
-                part = full[label].narrow(dim, o, n)
-                assert_placed(f"rank {r} {name} {label} rows", part, held[label], dim, at, pad_rule(name, g))
-        for name, per in (("w2", 2), ("w2_scale", g)):
-            full = getattr(mine, name)[..., o // per : (o + n) // per]
-            assert_placed(f"rank {r} {name} columns", full, getattr(w, name), -1, at // per, pad_rule(name, g))
+                part = full[label].narrow(dim, o // u, math.ceil(n / u))
+                assert_placed(f"rank {r} {name} {label} rows", part, held[label], dim, at // u, pad_rule(name, g))
+        for name in ("w2", "w2_scale"):
+            u = channel_unit(g, name)
+            full = getattr(mine, name).narrow(-1, o // u, math.ceil(n / u))
+            assert_placed(f"rank {r} {name} columns", full, getattr(w, name), -1, at // u, pad_rule(name, g))
         if src.w2_bias is not None:
             assert w.w2_bias is not None, f"rank {r} dropped the checkpoint's w2_bias"
             for slot, x in enumerate(s.experts):
@@ -308,7 +317,7 @@ def check_ranks_sum_to_layer(config: ShardingConfig, backend: enum.Enum | None, 
 
 
 for _check in (check_every_element_on_one_rank, check_ranks_sum_to_layer):
-    for _fmt in (NVFP4, MXFP4):
+    for _fmt in (NVFP4, MXFP4, FP8_BLOCK):
         property_test(
             _check,
             name=f"test_{_check.__name__.removeprefix('check_')}_{_fmt.name}",

@@ -55,6 +55,16 @@ def scale_width(block: int, k: int) -> int:
     return ceil_div(k, block)
 
 
+def channel_unit(block: int, tensor: str) -> int:
+    """Intermediate channels one entry of :class:`MoeWeights` field ``tensor`` covers along its channel
+    dimension (FC1 rows, FC2 columns, ``w13_bias``): a ``block``-channel tile of FP8 scales (FC1 rows and FC2
+    columns alike), a ``block``-channel group of FP4 FC2 scales, two channels of a packed FP4 FC2 byte, else one.
+    A TP split on whole units of every tensor keeps each scale with the channels it scales."""
+    if tensor.endswith("_scale"):
+        return block if tiled(block) or tensor == "w2_scale" else 1
+    return 2 if tensor == "w2" and not tiled(block) else 1
+
+
 @dataclass(frozen=True)
 class MoeWeights:
     """One rank's experts with ``block``-element scale groups (16 NVFP4, 32 MXFP4) or ``block x block`` scale

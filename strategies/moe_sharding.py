@@ -17,10 +17,13 @@ expert count follow the example's :class:`~strategies.moe.Scale`, drawn first:
 
 Expert parallelism: ``ep_size`` ∈ {1, 2, 4, 8, 16} with ``tp·ep_size <=`` :data:`MAX_RANKS`. Biases
 (gpt-oss-style ``w13_bias`` / ``w2_bias``) are drawn on or off for MXFP4 (NVFP4 ModelOpt expert
-checkpoints carry none: vLLM 0.33.0's ``ModelOptNvFp4FusedMoE.create_weights`` allocates no bias). The
-group size is the strategy's argument and the kernel backend whose layer loads the shard is the test's
-parameter (a backend of the format: ``Nvfp4MoeBackend`` / ``Mxfp4MoeBackend``, the ``nvfp4_moe`` /
-``mxfp4_moe`` contracts' backends), recorded in the configuration by :meth:`ShardingConfig.for_backend`.
+checkpoints carry none: vLLM 0.33.0's ``ModelOptNvFp4FusedMoE.create_weights`` allocates no bias; block-FP8
+ones neither: vLLM 0.33.0's ``pad_tp_shard_to_weight_blocks`` refuses expert biases). The group size is the
+strategy's argument (128: block-FP8's 128x128 tiles, catalogued models whose intermediate size is whole tiles,
+as that function requires) and the kernel backend whose layer loads the shard is the test's parameter (a
+backend of the format: ``Nvfp4MoeBackend`` / ``Mxfp4MoeBackend`` / ``Fp8MoeBackend``, the ``nvfp4_moe`` /
+``mxfp4_moe`` / ``fp8_moe`` contracts' backends), recorded in the configuration by
+:meth:`ShardingConfig.for_backend`.
 
 Shrinking: the scale goes to ``REDUCED``, TP and EP to 1, the layer to a catalogued model (the first by
 name) or to one group, then the layout to stacked, ``E`` to 1 (5 with many experts), biases off,
@@ -36,9 +39,11 @@ from dataclasses import dataclass, replace
 from hypothesis import reject
 from hypothesis import strategies as st
 
+from backends.fp8_moe import Fp8MoeBackend
 from backends.mxfp4_moe import Mxfp4MoeBackend
 from backends.nvfp4_moe import Nvfp4MoeBackend
 from reference.formats import MXFP4_BLOCK, NVFP4_BLOCK
+from reference.fp8 import FP8_BLOCK
 from reference.layouts import Fc1Layout
 from reference.moe import Activation
 from strategies.catalog import MODELS, TP_DEGREES
@@ -67,10 +72,16 @@ HIDDEN_SIZES = tuple(sorted({m.hidden for m in MODELS.values()}))
 """The catalogue's hidden sizes: those of an adversarial ``FULL_WIDTH`` layer."""
 
 
-def format_backends(block: int) -> tuple[Nvfp4MoeBackend, ...] | tuple[Mxfp4MoeBackend, ...]:
-    """The kernel backends of the format with ``block``-element groups (the ``nvfp4_moe`` / ``mxfp4_moe``
-    contracts' ``backends``)."""
-    return tuple(Nvfp4MoeBackend) if block == NVFP4_BLOCK else tuple(Mxfp4MoeBackend)
+FORMAT_NAMES = {NVFP4_BLOCK: "NVFP4", MXFP4_BLOCK: "MXFP4", FP8_BLOCK: "block-FP8"}
+"""The checkpoint format of each scale-group size (FP8: ``FP8_BLOCK x FP8_BLOCK`` tiles)."""
+
+
+def format_backends(block: int) -> tuple[enum.Enum, ...]:
+    """The kernel backends of the format with ``block``-element groups (the ``nvfp4_moe`` / ``mxfp4_moe`` /
+    ``fp8_moe`` contracts' ``backends``)."""
+    return {NVFP4_BLOCK: tuple(Nvfp4MoeBackend), MXFP4_BLOCK: tuple(Mxfp4MoeBackend), FP8_BLOCK: tuple(Fp8MoeBackend)}[
+        block
+    ]
 
 
 @dataclass(frozen=True)
@@ -112,14 +123,14 @@ class ShardingConfig(Config):
         return replace(self, backend=backend.value)
 
     @property
-    def kernel_backend(self) -> Nvfp4MoeBackend | Mxfp4MoeBackend | None:
+    def kernel_backend(self) -> enum.Enum | None:
         """``backend`` as its format's enum member."""
         return None if self.backend is None else type(format_backends(self.block)[0])(self.backend)
 
     def describe(self) -> str:
-        fmt = "NVFP4" if self.block == NVFP4_BLOCK else "MXFP4"
         return (
-            f"{self.model} TP={self.tp} EP={self.ep_size}: global I={self.intermediate}, H={self.hidden}, {fmt} ({self.block}-groups), "
+            f"{self.model} TP={self.tp} EP={self.ep_size}: global I={self.intermediate}, H={self.hidden}, "
+            f"{FORMAT_NAMES[self.block]} ({self.block}-groups), "
             f"FC1 {self.layout.value}, {self.activation}, E={self.experts} top-{self.top_k} T={self.tokens}, "
             f"{'biases' if self.bias else 'no biases'}, backend {self.backend} seed={self.seed}"
         )
@@ -155,7 +166,8 @@ def sharding_configs(draw: st.DrawFn, block: int) -> ShardingConfig:
     elif scale is Scale.MANY_EXPERTS:
         hidden = 32
     fit = max(1, WEIGHT_BUDGET // weight_elements(1, intermediate, hidden))
-    layout = draw(st.sampled_from(CHECKPOINT_LAYOUTS)) if activation.gated else Fc1Layout.GATE_UP
+    stacked_only = not activation.gated or block == FP8_BLOCK  # block-FP8 checkpoints store w1 and w3 apart
+    layout = Fc1Layout.GATE_UP if stacked_only else draw(st.sampled_from(CHECKPOINT_LAYOUTS))
     if scale is Scale.MANY_EXPERTS:
         most = max(1, min(real_experts, fit))
         experts = draw(st.integers(min(REDUCED_EXPERTS * ep + 1, most), most))

@@ -5,7 +5,7 @@ A correct policy pads each FC1 gate/up half (:func:`contracts.moe.pad_moe`); the
 
 from __future__ import annotations
 
-from contracts.moe import AlignedMoe, MoeWeights, owned, pad_moe
+from contracts.moe import AlignedMoe, MoeWeights, code_width, owned, pad_moe, scale_rows, scale_width
 from reference.padding import pad_dim
 
 
@@ -18,8 +18,15 @@ def pad_fused_block_at_end(
     aligned = pad_moe(weights, gated, padded_intermediate, padded_hidden).weights
     rows = f * padded_intermediate
     w = MoeWeights(
-        w13=owned(pad_dim(pad_dim(weights.w13, -2, rows), -1, padded_hidden // 2), weights.w13),
-        w13_scale=owned(pad_dim(pad_dim(weights.w13_scale, -2, rows), -1, padded_hidden // block), weights.w13_scale),
+        w13=owned(pad_dim(pad_dim(weights.w13, -2, rows), -1, code_width(block, padded_hidden)), weights.w13),
+        w13_scale=owned(
+            pad_dim(
+                pad_dim(weights.w13_scale, -2, f * scale_rows(block, padded_intermediate)),
+                -1,
+                scale_width(block, padded_hidden),
+            ),
+            weights.w13_scale,
+        ),
         w2=aligned.w2,
         w2_scale=aligned.w2_scale,
         block=block,

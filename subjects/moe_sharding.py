@@ -1,10 +1,11 @@
 """Subjects of the ``moe_sharding`` contract (:mod:`contracts.moe_sharding`): splitting a checkpoint's
-FP4 experts across TP x EP ranks.
+FP4 or block-FP8 experts across TP x EP ranks.
 
 The built-in policy places experts in contiguous blocks over the EP ranks (``reference.sizes.expert_blocks``,
 vLLM's linear placement) and splits each EP rank's experts over its TP ranks evenly where that keeps whole
-groups, else in whole blocks per rank with short or empty last ranks (as the gpt-oss loader does).
-Known-bad ones cut groups (each tensor narrowed by its own stride, scale offsets rounded up), refuse
+groups, else in whole blocks per rank with short or empty last ranks (as the gpt-oss loader does, and vLLM
+PR #55867 for block-FP8's 128-channel tiles). Known-bad ones cut groups (each tensor narrowed by its own
+stride, scale offsets rounded up, FP8 tiles cut by an even split), refuse
 whole-group shares narrower than a 128-wide block, split the fused FC1 tensor as one block, pad a
 short rank's fused FC1 block at its end, load other experts than the expert map names (world rank for
 EP rank, floor-divided slices, global ids as slots) or keep ``w2_bias`` on every TP rank.
@@ -17,8 +18,9 @@ from dataclasses import dataclass, replace
 
 import torch
 
-from contracts.moe import MoeWeights
+from contracts.moe import MoeWeights, channel_unit, tiled
 from contracts.moe_sharding import CONTRACT, MoeSharding, RankShard, ShardRefused, rank_coordinates
+from reference.fp8 import ceil_div
 from reference.layouts import join_fc1, split_fc1
 from reference.padding import pad_dim
 from reference.sizes import expert_blocks, whole_block_split
@@ -48,26 +50,31 @@ def take_channels(
 ) -> MoeWeights:
     """Channels ``[offset, offset + real)`` of ``weights`` (both FC1 projections, FC2 columns, scales and
     ``w13_bias``) at buffer positions ``[start, start + real)`` of ``buffer`` zero-padded channels;
-    ``w2_bias`` on TP rank 0 only (zeros on the others)."""
+    ``w2_bias`` on TP rank 0 only (zeros on the others). Each tensor is cut in its own units
+    (:func:`~contracts.moe.channel_unit`): ``ceil(real / unit)`` of them from the one holding channel
+    ``offset`` (the scale a range that cuts a unit starts in)."""
     block = weights.block
     layout = weights.fc1_layout
 
-    def fc1(x: torch.Tensor, dim: int) -> torch.Tensor:
+    def cut(x: torch.Tensor, dim: int, name: str) -> torch.Tensor:
+        unit = channel_unit(block, name)
+        part = x.narrow(dim, offset // unit, ceil_div(real, unit))
+        return place(part, dim, start // unit, ceil_div(buffer, unit))
+
+    def fc1(name: str, dim: int) -> torch.Tensor:
+        x = getattr(weights, name)
         halves = split_fc1(x, layout, dim) if gated else (x,)
-        parts = [place(h.narrow(dim, offset, real), dim, start, buffer) for h in halves]
+        parts = [cut(h, dim, name) for h in halves]
         return join_fc1(*parts, layout, dim) if gated else parts[0]
 
-    def fc2(x: torch.Tensor, per: int) -> torch.Tensor:
-        return place(x[..., offset // per : (offset + real) // per], -1, start // per, buffer // per)
-
     return MoeWeights(
-        w13=fc1(weights.w13, -2),
-        w13_scale=fc1(weights.w13_scale, -2),
-        w2=fc2(weights.w2, 2),
-        w2_scale=fc2(weights.w2_scale, block),
+        w13=fc1("w13", -2),
+        w13_scale=fc1("w13_scale", -2),
+        w2=cut(weights.w2, -1, "w2"),
+        w2_scale=cut(weights.w2_scale, -1, "w2_scale"),
         block=block,
         fc1_layout=layout,
-        w13_bias=None if weights.w13_bias is None else fc1(weights.w13_bias, -1),
+        w13_bias=None if weights.w13_bias is None else fc1("w13_bias", -1),
         w2_bias=None if weights.w2_bias is None else weights.w2_bias * (1 if tp_rank == 0 else 0),
     )
 
@@ -190,10 +197,9 @@ class ScalesOwnStride(BuiltinMoeSharding):
         if size % tp:
             raise ShardRefused(f"intermediate size {size} is not divisible by TP={tp}")
         part = size // tp
-        fc1_only = replace(weights, w2=weights.w2[..., :0], w2_scale=weights.w2_scale[..., :0])  # FC2 below
         shards = []
         for r in range(tp):
-            w = take_channels(fc1_only, gated, r * part, part, part, r)
+            w = take_channels(weights, gated, r * part, part, part, r)  # FC2 replaced below
             w2, w2_scale = (own_stride(getattr(weights, name), tp, r) for name in ("w2", "w2_scale"))
             shards.append(RankShard(replace(w, w2=w2, w2_scale=w2_scale), r * part, part, experts))
         return tuple(shards)
@@ -219,6 +225,29 @@ class CeilScaleOffsets(BuiltinMoeSharding):
             scales = weights.w2_scale.narrow(-1, -(-(r * part) // block), n)
             shards.append(RankShard(replace(w, w2_scale=scales), r * part, part, experts))
         return tuple(shards)
+
+
+class Fp8EvenSplit(BuiltinMoeSharding):
+    """Block-FP8 experts split ``p = I/tp`` channels per rank at offset ``r·p``, each rank's buffer rounded up to
+    whole 128-blocks, every FC1 scale row and FC2 scale column the tile its range starts in: the allocation of
+    vLLM PR #55867 without its stride (the PR pads "to avoid the scale mismatching" of this split). At
+    Qwen3.8-Flash-Next-FP8's I = 640 and TP=8 (vLLM #54178: 80 per rank) rank 1 holds channels 80-159 with
+    tile 0's scales, though 128-159 are tile 1's. FP4 checkpoints take the built-in split."""
+
+    def split_channels(
+        self, weights: MoeWeights, gated: bool, tp: int, experts: tuple[int, ...]
+    ) -> tuple[RankShard, ...]:
+        size, block = weights.intermediate_size, weights.block
+        if not tiled(block):
+            return super().split_channels(weights, gated, tp, experts)
+        if size % tp:
+            raise ShardRefused(f"intermediate size {size} is not divisible by TP={tp}")
+        part = size // tp
+        buffer = ceil_div(part, block) * block
+        return tuple(
+            RankShard(take_channels(weights, gated, r * part, part, buffer, r), r * part, part, experts)
+            for r in range(tp)
+        )
 
 
 REFUSAL_BLOCK = 128
@@ -484,6 +513,16 @@ register_subject(
         "MoE TP sharding: refuses whole-group shares that are not a multiple of a 128-wide block",
         {CONTRACT: RefusesSubBlockShare()},
         reproduces="ROCm/ATOM #1944 (Qwen3.6-35B-A3B-FP8 at TP8: 512/8 = 64 refused; SGLang loads it)",
+    )
+)
+register_subject(
+    Subject(
+        "bad-fp8-shard-even-split",
+        "FP8 block-scaled MoE TP sharding: I/tp channels per rank in a buffer rounded to 128, scale tiles cut "
+        "(each rank takes the tile its range starts in)",
+        {CONTRACT: Fp8EvenSplit()},
+        reproduces="vLLM #54178 (Qwen3.8-Flash-Next-FP8 I = 640 at TP8: 80 per rank) without vLLM PR #55867's "
+        "whole-block stride",
     )
 )
 register_subject(

@@ -32,8 +32,8 @@ from dataclasses import replace
 
 from backends.mxfp4_moe import Mxfp4MoeBackend
 from backends.nvfp4_moe import Nvfp4MoeBackend
-from contracts.errors import UnsupportedConfig
-from contracts.moe import MoeWeights, cut_hidden, relayout_moe
+from contracts.errors import CheckpointNotServed, UnsupportedConfig
+from contracts.moe import MoeWeights, cut_hidden, relayout_moe, tiled
 from contracts.moe_sharding import ShardRefused
 from reference.formats import NVFP4_BLOCK
 from reference.layouts import Fc1Layout, relayout_fc1
@@ -65,6 +65,10 @@ def uneven_split_refused(intermediate: int, tp: int, experts: int = 1, ep: int =
         raise
 
 
+FP8_NOT_ADAPTED = "this adapter loads FP4 checkpoints only: SGLang 0.5.23's block-FP8 MoE loader is not adapted"
+"""Why a block-FP8 checkpoint is not served here (recorded by the properties as not served, not judged)."""
+
+
 class SglangMoeSharding(LoaderSharding):
     """SGLang 0.5.23's ``FusedMoE.weight_loader`` for every rank of a TP x EP grid (module docstring), under
     the drawn kernel backend's runner (None: :data:`NVFP4_BACKEND` / :data:`MXFP4_BACKEND`)."""
@@ -82,6 +86,8 @@ class SglangMoeSharding(LoaderSharding):
     ) -> MoeWeights:
         """Rank ``(ep_rank, tp_rank)``: SGLang's rank ``ep_rank·tp + tp_rank`` of ``tp·ep``
         (:func:`subjects.sglang.layer.parallel_layout`)."""
+        if tiled(ckpt.block):
+            raise CheckpointNotServed(FP8_NOT_ADAPTED)
         rank = ep_rank * tp + tp_rank
         nvfp4 = ckpt.block == NVFP4_BLOCK
         if backend is not None and backend not in (NVFP4_BACKENDS if nvfp4 else MXFP4_BACKENDS):

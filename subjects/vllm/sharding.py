@@ -42,8 +42,8 @@ import torch
 
 from backends.mxfp4_moe import Mxfp4MoeBackend
 from backends.nvfp4_moe import Nvfp4MoeBackend
-from contracts.errors import UnsupportedConfig
-from contracts.moe import MoeWeights, cut_hidden
+from contracts.errors import CheckpointNotServed, UnsupportedConfig
+from contracts.moe import MoeWeights, cut_hidden, tiled
 from contracts.moe_sharding import ShardRefused
 from reference.formats import NVFP4_BLOCK
 from reference.layouts import Fc1Layout, relayout_fc1, split_fc1
@@ -302,7 +302,7 @@ def load_gpt_oss(v: types.SimpleNamespace, ckpt: MoeWeights, grid: RankGrid) -> 
 def gpt_oss_form(gated: bool, block: int, layout: Fc1Layout) -> bool:
     """Whether a checkpoint is gpt-oss's form (gated MXFP4, fused row-interleaved FC1): loaded by
     ``GptOssModel._load_weights_mxfp4``; every other form by the per-projection ``RoutedExperts`` path."""
-    return gated and block != NVFP4_BLOCK and layout.interleaved
+    return gated and block != NVFP4_BLOCK and not tiled(block) and layout.interleaved
 
 
 def cuts_groups_per_projection(config) -> bool:
@@ -311,7 +311,8 @@ def cuts_groups_per_projection(config) -> bool:
     ``FusedMoEConfig`` accepts: ``I % tp == 0``) is not a whole number of groups."""
     part, rem = divmod(config.intermediate, config.tp)
     per_projection = not gpt_oss_form(config.gated, config.block, config.layout) and not config.bias
-    if not (per_projection and config.ep_size == 1 and rem == 0 and part % config.block != 0):
+    served = not tiled(config.block)  # no block-FP8 loader is adapted (FP8_NOT_ADAPTED)
+    if not (served and per_projection and config.ep_size == 1 and rem == 0 and part % config.block != 0):
         return False
     backend = config.kernel_backend
     return config.block == NVFP4_BLOCK or backend is None or selected_for_mxfp4_experts(backend)
@@ -341,6 +342,10 @@ QUARK_BACKEND = Mxfp4MoeBackend.AITER
 """The MXFP4 backend Quark OCP-MX checkpoints load under when none is given (an MI350x's W4A4: ``ru(I/tp, 128)``)."""
 
 
+FP8_NOT_ADAPTED = "this adapter loads FP4 checkpoints only: vLLM 0.33.0's block-FP8 MoE loader is not adapted"
+"""Why a block-FP8 checkpoint is not served here (recorded by the properties as not served, not judged)."""
+
+
 class VllmMoeSharding(LoaderSharding):
     """vLLM 0.33.0's loaders (module docstring): gpt-oss's for row-interleaved MXFP4 checkpoints, the
     per-expert ``RoutedExperts.weight_loader`` (ModelOpt NVFP4, Quark OCP-MX MXFP4) for the rest, experts
@@ -366,6 +371,8 @@ class VllmMoeSharding(LoaderSharding):
         """Rank ``(ep_rank, tp_rank)`` of a ``tp`` x ``ep`` layer: vLLM's rank ``ep_rank·tp + tp_rank`` of
         ``tp·ep`` ranks (:func:`parallel_config`), its buffers sized for ``backend`` (MXFP4:
         :data:`subjects.vllm.bridge.MXFP4_BACKENDS`; vLLM's NVFP4 loader allocates alike for every backend)."""
+        if tiled(ckpt.block):
+            raise CheckpointNotServed(FP8_NOT_ADAPTED)
         v = sharding_modules()
         nvfp4 = ckpt.block == NVFP4_BLOCK
         table = NVFP4_BACKENDS if nvfp4 else MXFP4_BACKENDS
