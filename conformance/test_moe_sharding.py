@@ -160,6 +160,32 @@ def assert_whole_groups(rank: int, shard: RankShard, g: int, consequence: str) -
     )
 
 
+def assert_scales_local(rank: int, shard: RankShard, src: MoeWeights, config: ShardingConfig) -> None:
+    """Each expert slot of ``shard`` holds its own expert's FC1 and FC2 scales (for the rank's channels): a slot
+    holding another expert's names it. Per-expert scales are sliced to the EP rank's experts like its weights
+    (SGLang #36597 / PR #23531: ModelOpt NVFP4 input scales loaded for all experts and never cut to the local
+    range on the generic branch)."""
+    o, n, at, g = shard.offset, shard.real, shard.start, config.block
+    if n == 0:
+        return
+    for name, dim in (("w13_scale", -2), ("w2_scale", -1)):
+        u = channel_unit(g, name)
+
+        def cut(x: torch.Tensor, layout: Fc1Layout, position: int, name: str = name, dim: int = dim, u: int = u):
+            parts = fc1_parts(x, layout, config.gated, dim).values() if name == "w13_scale" else (x,)
+            return torch.cat([p.narrow(dim, position // u, math.ceil(n / u)) for p in parts], dim=dim)
+
+        held, every = cut(getattr(shard.weights, name), src.fc1_layout, at), cut(getattr(src, name), src.fc1_layout, o)
+        for slot, x in enumerate(shard.experts):
+            if torch.equal(held[slot], every[x]):
+                continue
+            owners = [y for y in range(config.experts) if torch.equal(held[slot], every[y])]
+            assert not owners, (
+                f"rank {rank}'s expert slot {slot} (expert {x}) holds the {name} of expert(s) {owners}: per-expert "
+                "scales are sliced to the EP rank's own experts, like its weights (SGLang #36597)"
+            )
+
+
 @check(CONTRACT, ShardingConfig)
 def check_every_element_on_one_rank(config: ShardingConfig, backend: enum.Enum | None, policy: MoeSharding) -> None:
     """Every expert lives on one EP rank, split by all of its TP ranks; within an EP rank the TP ranks hold
@@ -205,6 +231,7 @@ def check_every_element_on_one_rank(config: ShardingConfig, backend: enum.Enum |
         mine = select_experts(src, s.experts)
         assert_shapes(AlignedMoe(w, w.intermediate_size, config.hidden), len(s.experts), 2 if config.gated else 1)
         assert w.fc1_layout is src.fc1_layout, f"rank {r}: FC1 rows relabelled {w.fc1_layout.value}"
+        assert_scales_local(r, s, src, config)
         for name in ("w13", "w13_scale", "w13_bias"):
             if getattr(src, name) is None:
                 continue

@@ -8,7 +8,8 @@ PR #55867 for block-FP8's 128-channel tiles). Known-bad ones cut groups (each te
 stride, scale offsets rounded up, FP8 tiles cut by an even split), refuse
 whole-group shares narrower than a 128-wide block, split the fused FC1 tensor as one block, pad a
 short rank's fused FC1 block at its end, load other experts than the expert map names (world rank for
-EP rank, floor-divided slices, global ids as slots) or keep ``w2_bias`` on every TP rank.
+EP rank, floor-divided slices, global ids as slots), slice per-expert scales to the first experts instead of
+the EP rank's or keep ``w2_bias`` on every TP rank.
 """
 
 from __future__ import annotations
@@ -367,6 +368,25 @@ class EpGlobalSlot(MisloadedExperts):
         return first_slots(range(experts), len(claimed))
 
 
+class EpFirstLocalScales(BuiltinMoeSharding):
+    """Weights sliced to the EP rank's experts, their per-expert scales (FC1 and FC2) to the first ``E_local``
+    experts of the checkpoint: slot ``j`` of every EP rank scales with expert ``j``'s scales, so only EP rank 0 is
+    right. SGLang 0.5.23's ModelOpt NVFP4 MoE loads its per-expert input scales for all experts
+    (``_sglang_require_global_experts``) and cuts them to the EP rank's range only on the CuteDSL branch
+    (``ModelOptNvFp4FusedMoEMethod.process_weights_after_loading``; SGLang #36597, PR #23531); a ``[:E_local]``
+    cut that forgets the rank's offset ``ep_rank·E_local`` is this policy."""
+
+    def shard_moe(
+        self, weights: MoeWeights, gated: bool, tp: int, *, ep: int = 1, backend=None
+    ) -> tuple[RankShard, ...]:
+        shards = []
+        for ids in self.place_experts(weights.w13.shape[0], ep):
+            first = select_experts(weights, range(len(ids)))
+            local = replace(select_experts(weights, ids), w13_scale=first.w13_scale, w2_scale=first.w2_scale)
+            shards.extend(self.split_channels(local, gated, tp, ids))
+        return tuple(shards)
+
+
 class W2BiasEveryRank(BuiltinMoeSharding):
     """Every TP rank holds each expert's whole ``w2_bias``, so each adds it before the all-reduce sums the
     ranks: the output bias counts ``tp`` times (torchtitan PR #4245, gpt-oss grouped experts: "Every TP rank
@@ -560,6 +580,15 @@ register_subject(
         {CONTRACT: EpGlobalSlot()},
         reproduces="DeepSpeed #6589 (every EP rank loads the first experts); vllm-gaudi PR #1796 (global ids in a "
         "local expert table)",
+    )
+)
+register_subject(
+    Subject(
+        "bad-shard-ep-first-scales",
+        "MoE EP sharding: weights sliced to the EP rank's experts, per-expert scales to the first E_local experts",
+        {CONTRACT: EpFirstLocalScales()},
+        reproduces="SGLang #36597 / PR #23531 (ModelOpt NVFP4 per-expert input scales loaded for all experts, not "
+        "cut to the EP rank's range: SGLang 0.5.23 modelopt_quant.py)",
     )
 )
 register_subject(
