@@ -21,7 +21,13 @@ import importlib
 from dataclasses import dataclass, fields
 from typing import ClassVar
 
-RECORD_MODULES = ("backends.nvfp4_moe", "backends.mxfp4_moe", "backends.mxfp4_linear", "backends.fp8_moe")
+RECORD_MODULES = (
+    "backends.nvfp4_moe",
+    "backends.mxfp4_moe",
+    "backends.mxfp4_linear",
+    "backends.fp8_moe",
+    "backends.fp8_tensor_moe",
+)
 """The modules declaring backend enums and their records (imported on first lookup)."""
 
 

@@ -11,12 +11,13 @@ from dataclasses import dataclass, replace
 import torch
 
 from backends.fp8_moe import Fp8MoeBackend
+from backends.fp8_tensor_moe import Fp8TensorMoeBackend
 from backends.mxfp4_moe import Mxfp4MoeBackend
 from backends.nvfp4_moe import Nvfp4MoeBackend
 from conformance.moe_checks import align_checked
 from contracts.moe import AlignedMoe, MoeAlignment, MoeWeights, relayout_moe
 from reference.formats import MXFP4_BLOCK, NVFP4_BLOCK
-from reference.fp8 import FP8_BLOCK
+from reference.fp8 import FP8_BLOCK, FP8_TENSOR_BLOCK
 from reference.layouts import Fc1Layout, relayout_fc1
 from reference.moe import GateUpOrder, moe_reference, route
 from reference.padding import pad_dim
@@ -57,11 +58,11 @@ def align_nvfp4(shape: MoeShape, backend: Nvfp4MoeBackend, policy: MoeAlignment)
     return align_checked(policy, backend, layer.checkpoint, shape.gated, shape.describe()), layer
 
 
-def fp8_layer(shape: MoeShape) -> MoeLayer:
-    """The block-FP8 layer of ``shape`` from its seed (:func:`strategies.tensors.moe_case` with 128x128 tiles),
-    FC1 halves ``[gate; up]`` as vLLM's ``w13_weight`` holds them; decode scales ones (the tile scales are
-    absolute)."""
-    case = moe_case(shape, FP8_BLOCK)
+def fp8_layer(shape: MoeShape, block: int = FP8_BLOCK) -> MoeLayer:
+    """The FP8 layer of ``shape`` from its seed (:func:`strategies.tensors.moe_case` with 128x128 tiles, or one
+    scale per weight with ``block =`` :data:`~reference.fp8.FP8_TENSOR_BLOCK`), FC1 halves ``[gate; up]`` as
+    vLLM's ``w13_weight`` holds them; decode scales ones (the FP8 scales are absolute)."""
+    case = moe_case(shape, block)
     weights = replace(case.weights, fc1_layout=Fc1Layout.GATE_UP)
     real = replace(real_channels(weights, shape.gated, shape.real_intermediate), fc1_layout=Fc1Layout.GATE_UP)
     return MoeLayer(weights, real, case.x, case.logits, case.w13_decode, case.w2_decode)
@@ -70,6 +71,14 @@ def fp8_layer(shape: MoeShape) -> MoeLayer:
 def align_fp8(shape: MoeShape, backend: Fp8MoeBackend, policy: MoeAlignment) -> tuple[AlignedMoe, MoeLayer]:
     """The block-FP8 layer of ``shape`` (:func:`fp8_layer`) and ``policy``'s alignment of it."""
     layer = fp8_layer(shape)
+    return align_checked(policy, backend, layer.checkpoint, shape.gated, shape.describe()), layer
+
+
+def align_fp8_tensor(
+    shape: MoeShape, backend: Fp8TensorMoeBackend, policy: MoeAlignment
+) -> tuple[AlignedMoe, MoeLayer]:
+    """The per-tensor FP8 layer of ``shape`` (:func:`fp8_layer`) and ``policy``'s alignment of it."""
+    layer = fp8_layer(shape, FP8_TENSOR_BLOCK)
     return align_checked(policy, backend, layer.checkpoint, shape.gated, shape.describe()), layer
 
 

@@ -21,12 +21,18 @@ from hypothesis.strategies import SearchStrategy
 
 from backends import record
 from backends.fp8_moe import Fp8MoeBackend
+from backends.fp8_tensor_moe import Fp8TensorMoeBackend
 from backends.mxfp4_moe import Mxfp4MoeBackend
 from backends.nvfp4_moe import Nvfp4MoeBackend
-from conformance.layers import MoeLayer, align_fp8, align_mxfp4, align_nvfp4
+from conformance.layers import MoeLayer, align_fp8, align_fp8_tensor, align_mxfp4, align_nvfp4
 from conformance.moe_checks import PadRule, pad_rule
-from conformance.regressions import FP8_MOE_REGRESSIONS, MXFP4_MOE_REGRESSIONS, NVFP4_MOE_REGRESSIONS
-from contracts.moe import FP8_MOE, MXFP4_MOE, NVFP4_MOE, AlignedMoe, MoeAlignment
+from conformance.regressions import (
+    FP8_MOE_REGRESSIONS,
+    FP8_TENSOR_MOE_REGRESSIONS,
+    MXFP4_MOE_REGRESSIONS,
+    NVFP4_MOE_REGRESSIONS,
+)
+from contracts.moe import FP8_MOE, FP8_TENSOR_MOE, MXFP4_MOE, NVFP4_MOE, AlignedMoe, MoeAlignment
 from reference import fp8
 from reference.formats import MXFP4_BLOCK, NVFP4_BLOCK, GlobalScale, nvfp4_dequantize, nvfp4_quantize
 from reference.layouts import Fc1Layout
@@ -45,7 +51,8 @@ class MoeFormat:
     alignment of it (the case builder, :mod:`conformance.layers`); ``requantize``: what the reference applies
     to the activated intermediate before FC2 (``None``: nothing); ``aligned_layout``: the FC1 row order the
     policy returns, fixed by the contract, or ``None`` where the policy reorders to the backend record's
-    ``fc1_layout``.
+    ``fc1_layout``; ``size_step``: the minimal-padding search's step where it is not ``block`` (a per-tensor
+    format has no group).
     """
 
     name: str
@@ -59,6 +66,12 @@ class MoeFormat:
     align: Callable[[Any, Any, MoeAlignment], tuple[AlignedMoe, MoeLayer]]
     requantize: Callable[[torch.Tensor], torch.Tensor] | None
     aligned_layout: Fc1Layout | None
+    size_step: int | None = None
+
+    @property
+    def step(self) -> int:
+        """The step of the minimal-padding search: ``size_step``, else the scale-group size."""
+        return self.size_step or self.block
 
     def fc1_layout(self, backend: enum.Enum) -> Fc1Layout:
         """The FC1 row order of the policy's output for ``backend`` (as the kernel, after the engine's own
@@ -129,3 +142,21 @@ FP8_BLOCK = MoeFormat(
 """Block-scaled FP8 experts (E4M3 bytes, fp32 128x128 tile scales), gated or not, FC1 rows ``[gate; up]`` in and
 out of the policy. The reference applies no re-quantization to the intermediate (the kernels' per-token
 1x128 activation quantization is not modelled: zero pad channels leave every group's amax unchanged)."""
+
+FP8_TENSOR = MoeFormat(
+    name="fp8_tensor",
+    contract=FP8_TENSOR_MOE,
+    backends=Fp8TensorMoeBackend,
+    block=fp8.FP8_TENSOR_BLOCK,
+    config=MoeShape,
+    strategy=moe_shapes(group=NVFP4_BLOCK, contract=FP8_TENSOR_MOE),
+    pins=FP8_TENSOR_MOE_REGRESSIONS,
+    shape=lambda shape: shape,
+    align=align_fp8_tensor,
+    requantize=None,
+    aligned_layout=Fc1Layout.GATE_UP,  # vLLM's w13 [w1; w3]; the engine swaps for trtllm-gen's [up; gate] afterwards
+    size_step=NVFP4_BLOCK,  # vLLM's 16-channel padding unit: sizes are drawn and searched in it
+)
+"""Per-tensor FP8 experts (E4M3 bytes, one fp32 scale per weight and gated FC1 half), gated or not, FC1 rows
+``[gate; up]`` in and out of the policy; padding adds weight rows and columns, never scales. No re-quantization
+of the intermediate in the reference (the kernels' static activation scales are not modelled)."""

@@ -96,8 +96,8 @@ def check_minimal_and_idempotent(fmt: MoeFormat, config: Any, backend: enum.Enum
         aligned.hidden_size,
         record(backend).violations,
     )
-    assert_minimal(lambda i: violations(i, hp, shape.gated, shape.experts), "I", shape.intermediate, ip, fmt.block)
-    assert_minimal(lambda h: violations(ip, h, shape.gated, shape.experts), "H", shape.hidden, hp, fmt.block)
+    assert_minimal(lambda i: violations(i, hp, shape.gated, shape.experts), "I", shape.intermediate, ip, fmt.step)
+    assert_minimal(lambda h: violations(ip, h, shape.gated, shape.experts), "H", shape.hidden, hp, fmt.step)
     assert_idempotent(policy, backend, aligned, shape.gated)
 
 

@@ -30,6 +30,14 @@ FP8_MOE_REGRESSIONS = (
 """``fp8_moe``: ranks whose intermediate size is not a whole number of 128-blocks (Qwen3.8-Flash-Next at TP=8,
 vLLM #54178 / PR #55867) and hidden sizes that are whole 128-blocks or not."""
 
+FP8_TENSOR_MOE_REGRESSIONS = (
+    pinned_shape("qwen3.8-flash-next", 8),  # I 80 per rank: vLLM pads a gated rank to 16, the staged kernel asks 128
+    pinned_shape("nemotron-3-nano-30b-a3b", 8),  # non-gated I 232, H 2688: vLLM pads to 128 here
+    pinned_shape("qwen3-30b-a3b", 4),  # I 192 per rank, H 2048
+)
+"""``fp8_tensor_moe``: gated ranks whose intermediate size is a multiple of 16 but not of 128 (vLLM 0.33.0's
+``align_moe_weights_for_fi`` pads them to 16) and a non-gated one (padded to 128)."""
+
 MXFP4_MOE_REGRESSIONS = (
     pinned_config("gpt-oss-120b", 4),  # I 736 per rank (docs/models.md §4)
     pinned_config("gpt-oss-120b", 4, rank=-1),  # last rank: 672 real channels of 736

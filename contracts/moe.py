@@ -23,7 +23,7 @@ from typing import Protocol, runtime_checkable
 
 import torch
 
-from reference.fp8 import FP8_BLOCK, ceil_div
+from reference.fp8 import FP8_BLOCK, FP8_TENSOR_BLOCK, ceil_div
 from reference.layouts import Fc1Layout, relayout_fc1, split_fc1
 from reference.padding import pad_dim, pad_fused_rows
 
@@ -33,11 +33,15 @@ MXFP4_MOE = "mxfp4_moe"
 """Contract name: MXFP4 experts (``block = 32``), FC1 rows in the checkpoint's layout."""
 FP8_MOE = "fp8_moe"
 """Contract name: FP8 E4M3 experts with 128x128 fp32 block scales (``block = 128``), FC1 rows ``[gate; up]``."""
+FP8_TENSOR_MOE = "fp8_tensor_moe"
+"""Contract name: FP8 E4M3 experts with one fp32 scale per weight (per gated FC1 half; ``block =``
+:data:`~reference.fp8.FP8_TENSOR_BLOCK`), FC1 rows ``[gate; up]``."""
 
 
 def tiled(block: int) -> bool:
-    """Whether ``block`` names 2-D scale tiles (FP8's ``block x block``) rather than 1-D row groups (FP4)."""
-    return block == FP8_BLOCK
+    """Whether ``block`` names 2-D scale tiles (FP8's ``block x block``, per-tensor FP8's one tile per weight)
+    rather than 1-D row groups (FP4)."""
+    return block in (FP8_BLOCK, FP8_TENSOR_BLOCK)
 
 
 def code_width(block: int, k: int) -> int:
@@ -73,7 +77,8 @@ class MoeWeights:
     FP4: ``w13`` uint8 ``[E, F·I, H/2]``, ``w13_scale`` uint8 ``[E, F·I, H/block]``,
     ``w2`` uint8 ``[E, H, I/2]``, ``w2_scale`` uint8 ``[E, H, I/block]``; ``F = 2`` if gated.
     FP8: ``w13`` uint8 E4M3 bytes ``[E, F·I, H]``, ``w13_scale`` fp32 ``[E, F·ceil(I/128), ceil(H/128)]`` (each
-    gate/up half its own tiles), ``w2`` uint8 ``[E, H, I]``, ``w2_scale`` fp32 ``[E, ceil(H/128), ceil(I/128)]``
+    gate/up half its own tiles), ``w2`` uint8 ``[E, H, I]``, ``w2_scale`` fp32 ``[E, ceil(H/128), ceil(I/128)]``;
+    per-tensor FP8 the same with one tile per weight: ``w13_scale [E, F, 1]``, ``w2_scale [E, 1, 1]``
     (:func:`code_width`, :func:`scale_rows`, :func:`scale_width`; dtypes: :func:`tensor_dtypes`).
     ``fc1_layout`` is the row order of gated FC1 tensors (weights, scales and bias alike).
     Optional fp32 biases: ``w13_bias [E, F·I]`` (in ``fc1_layout``) and ``w2_bias [E, H]``.

@@ -1,4 +1,4 @@
-"""Vocabulary of the ``moe_sharding`` contract: splitting a checkpoint's FP4 experts across TP x EP ranks.
+"""Vocabulary of the ``moe_sharding`` contract: splitting a checkpoint's FP4 or block-FP8 experts across TP x EP ranks.
 
 Protocol (:class:`MoeSharding`): ``shard_moe(weights, gated, tp, *, ep=1, backend=None)`` gets the
 checkpoint's global expert weights (:class:`~contracts.moe.MoeWeights`, FC1 rows in
@@ -6,7 +6,7 @@ checkpoint's global expert weights (:class:`~contracts.moe.MoeWeights`, FC1 rows
 one of the ``tp·ep`` ranks' :class:`RankShard`, EP-major: rank ``r`` is EP rank ``r // tp`` and TP
 rank ``r % tp`` (:func:`rank_coordinates`; SGLang's ``moe_ep_rank = rank // moe_tp_size``,
 ``moe_tp_rank = rank % moe_tp_size``). ``backend`` is the kernel backend whose layer loads the shard, a
-member of the ``nvfp4_moe`` / ``mxfp4_moe`` backend enum of the checkpoint's format (an engine picks that
+member of the ``nvfp4_moe`` / ``mxfp4_moe`` / ``fp8_moe`` backend enum of the checkpoint's format (an engine picks that
 runner's loader and buffer; None: the policy's default). A policy raises
 :class:`ShardRefused` with its own message for a degree it cannot split; an engine without a loader
 for a checkpoint's form (no such checkpoint exists for it) raises
@@ -24,7 +24,12 @@ parameter shape per layer); ``start > 0`` is a split that pads in front of the r
 FC2's contraction runs over the intermediate channels, so its scale groups run along them too: a
 rank boundary inside a ``block``-element group would give two ranks one scale for elements they
 cannot both own, which no padding repairs (``docs/vllm-logic.md §15``); such a split is refused or
-made on whole groups, and ``start`` is a whole number of groups.
+made on whole groups, and ``start`` is a whole number of groups. Block-FP8's 128x128 tiles run along the
+channels in FC1's rows too, so its ranks hold whole 128-channel tiles (vLLM 0.33.0
+``pad_tp_shard_to_weight_blocks``, vLLM PR #55867: an even share of ``I/tp`` channels that cuts a tile is
+given ``cdiv(I/128, tp)`` whole tiles per rank instead, the last ranks short or empty). Per-expert scales
+belong to their experts: an EP rank holds its own experts' scales, not the checkpoint's first ones
+(SGLang #36597).
 
 Biases: ``w13_bias`` is split with its FC1 channels. ``w2_bias`` is added after FC2, whose partial
 outputs the TP ranks sum (all-reduce), so each expert's ``w2_bias`` is held whole by exactly one TP

@@ -21,6 +21,10 @@ from reference.formats import E4M3_MAX, e4m3_decode, e4m3_encode
 FP8_BLOCK = 128
 """Rows and columns of one block-scale tile (DeepSeek-V3's ``weight_block_size = [128, 128]``)."""
 
+FP8_TENSOR_BLOCK = 2**31
+"""The tile of per-tensor FP8 weights: larger than any dimension, so each weight (each gated FC1 half) is one
+tile with one fp32 scale (:func:`block_scale_shape` gives ``(1, 1)``)."""
+
 
 def ceil_div(a: int, b: int) -> int:
     """``ceil(a / b)`` for non-negative ``a`` and positive ``b``."""
@@ -85,6 +89,8 @@ def fp8_tensor_quantize(w: torch.Tensor) -> Fp8Quantized:
 
 
 def fp8_tensor_dequantize(q: Fp8Quantized) -> torch.Tensor:
-    """fp32 ``e4m3(code) · s`` with the one per-tensor scale ``s``."""
-    require(q.scales.numel() == 1, f"per-tensor FP8 needs one scale, got {tuple(q.scales.shape)}")
-    return e4m3_decode(q.codes) * q.scales.float().reshape(())
+    """fp32 ``e4m3(code) · s`` with the one per-tensor scale ``s``: one scale, or a batch of weights
+    ``codes [..., N, K]`` with one scale each, ``scales [..., 1, 1]``."""
+    batched = q.scales.dim() >= 2 and tuple(q.scales.shape[-2:]) == (1, 1) and q.scales.shape[:-2] == q.codes.shape[:-2]
+    require(batched or q.scales.numel() == 1, f"per-tensor FP8 needs one scale per tensor, got {tuple(q.scales.shape)}")
+    return e4m3_decode(q.codes) * (q.scales.float() if batched else q.scales.float().reshape(()))

@@ -43,6 +43,8 @@ RULE_MODULI: dict[str, tuple[int, ...]] = {
     "mxfp4_moe.hidden": _record_multiples("mxfp4_moe", "hidden_multiple"),
     "fp8_moe.intermediate": _record_multiples("fp8_moe", "intermediate_multiple"),
     "fp8_moe.hidden": _record_multiples("fp8_moe", "hidden_multiple"),
+    "fp8_tensor_moe.intermediate": _record_multiples("fp8_tensor_moe", "intermediate_multiple"),
+    "fp8_tensor_moe.hidden": _record_multiples("fp8_tensor_moe", "hidden_multiple"),
     # reference.layouts.asm_scale_swizzle_ok: the unpadded ASM scale view needs rows % 32, cols % 8
     "mxfp4_linear.scale_rows": (32,),
     "mxfp4_linear.scale_cols": (8,),

@@ -3,8 +3,8 @@
 Random FP4 bytes cover every E2M1 code. NVFP4 E4M3 block-scale bytes stay in ``0x20..0x48``
 (about 0.0078..3.0: finite, positive, no NaN byte 0x7F, no sign bit) with power-of-two global
 decode scales; MXFP4 UE8M0 bytes stay in ``118..122`` (2^-9..2^-5, as vLLM's MXFP4 MoE tests
-draw). FP8 E4M3 weight bytes are any non-NaN byte (0x7F and 0xFF excluded) and their fp32 128x128 tile scales
-powers of two 2^-9..2^-5. A rank whose real channel count is below its buffer holds zeros in the tail, as the
+draw). FP8 E4M3 weight bytes are any non-NaN byte (0x7F and 0xFF excluded) and their fp32 scales (per 128x128
+tile, or per weight) powers of two 2^-9..2^-5. A rank whose real channel count is below its buffer holds zeros in the tail, as the
 whole-block loader leaves it.
 """
 
@@ -25,7 +25,7 @@ from reference.formats import (
     mxfp4_dequantize,
     nvfp4_dequantize,
 )
-from reference.fp8 import Fp8Quantized, fp8_block_dequantize
+from reference.fp8 import FP8_TENSOR_BLOCK, Fp8Quantized, fp8_block_dequantize, fp8_tensor_dequantize
 from reference.padding import unpad_fused_rows
 from strategies.moe import MoeShape
 
@@ -121,8 +121,10 @@ def dequantize_moe(
     """
 
     def deq(packed: torch.Tensor, scales: torch.Tensor, decode: torch.Tensor, halves: int) -> torch.Tensor:
-        if tiled(weights.block):  # each gated FC1 half has its own tiles
+        if tiled(weights.block):  # each gated FC1 half has its own tiles (per-tensor: its one scale)
             parts = zip(packed.chunk(halves, dim=-2), scales.chunk(halves, dim=-2), strict=True)
+            if weights.block == FP8_TENSOR_BLOCK:
+                return torch.cat([fp8_tensor_dequantize(Fp8Quantized(p, s)) for p, s in parts], dim=-2)
             return torch.cat([fp8_block_dequantize(Fp8Quantized(p, s), weights.block) for p, s in parts], dim=-2)
         q = Quantized(packed, scales)
         if weights.block == NVFP4_BLOCK:

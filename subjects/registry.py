@@ -31,6 +31,7 @@ _CONTRACT_MODULES = (
     "subjects.shared_expert",
     "subjects.mxfp4_moe",
     "subjects.fp8_moe",
+    "subjects.fp8_tensor_moe",
     "subjects.moe_sharding",
     "subjects.vllm.subject",
     "subjects.sglang.subject",

@@ -5,7 +5,8 @@
 * block quantization (128x128 tiles, ragged edges): the scale grid is ``[ceil(N/128), ceil(K/128)]``, each
   scale is its tile's ``amax / 448``, the codes are torch's cast of ``w / scale`` and ml_dtypes' too, and
   dequantization is torch's ``code.view(float8_e4m3fn) · scale``;
-* per-tensor quantization likewise with one scale.
+* per-tensor quantization likewise with one scale, and per-tensor dequantization of a batch of experts (one
+  scale each, the ``fp8_tensor_moe`` format) is torch's and ml_dtypes' ``code · scale``.
 """
 
 from __future__ import annotations
@@ -115,3 +116,15 @@ def test_zero_tensor_gets_scale_one() -> None:
     assert q.scales.item() == 1.0 and not q.codes.any()
     with pytest.raises(ShapeContractError, match="one scale"):
         fp8_tensor_dequantize(Fp8Quantized(q.codes, torch.ones(2)))
+
+
+@given(seed=st.integers(0, 2**16), experts=st.integers(1, 4), log_scale=st.integers(-12, 12))
+def test_per_expert_tensor_dequantize_matches_torch_and_ml_dtypes(mld, seed: int, experts: int, log_scale: int) -> None:
+    g = torch.Generator().manual_seed(seed)
+    codes = torch.randint(0, 256, (experts, 48, 80), generator=g, dtype=torch.uint8)
+    codes[(codes & 0x7F) == 0x7F] = 0  # no NaN code: its product is NaN on every side
+    scales = torch.ldexp(torch.ones(experts, 1, 1), torch.randint(-3, 4, (experts, 1, 1), generator=g) + log_scale)
+    got = fp8_tensor_dequantize(Fp8Quantized(codes, scales))
+    assert torch.equal(bits(got), bits(codes.view(torch.float8_e4m3fn).float() * scales)), "differs from torch's"
+    decoded = codes.numpy().view(mld.float8_e4m3fn).astype(np.float32) * scales.numpy()
+    assert torch.equal(bits(got), bits(torch.from_numpy(decoded))), "differs from ml_dtypes'"

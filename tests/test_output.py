@@ -42,7 +42,9 @@ def pytest_run(*args: str, tmp_path: Path, env: dict[str, str] | None = None) ->
 def test_bare_policy_of_a_shared_protocol_is_ambiguous() -> None:
     """An ``align_moe`` object fits nvfp4_moe and mxfp4_moe alike: bound to both, an NVFP4-only policy
     failed every MXFP4 example; it must be bound by a ``Subject``."""
-    with pytest.raises(SubjectError, match=r"several contracts share \(fp8_moe, mxfp4_moe, nvfp4_moe\).*Subject\("):
+    with pytest.raises(
+        SubjectError, match=r"several contracts share \(fp8_moe, fp8_tensor_moe, mxfp4_moe, nvfp4_moe\).*Subject\("
+    ):
         resolve("subjects.nvfp4_moe:BuiltinNvfp4MoeAlignment")
     assert set(resolve("subjects.moe_sharding:BuiltinMoeSharding").policies) == {"moe_sharding"}
 

@@ -176,7 +176,10 @@ def test_external_policy_by_import_path(tmp_path: Path) -> None:
         ),
     )  # fmt: skip
     assert bare.returncode == 4, bare.stdout[-3000:] + bare.stderr[-3000:]
-    assert "several contracts share (fp8_moe, mxfp4_moe, nvfp4_moe)" in bare.stderr and "Subject(" in bare.stderr
+    assert (
+        "several contracts share (fp8_moe, fp8_tensor_moe, mxfp4_moe, nvfp4_moe)" in bare.stderr
+        and "Subject(" in bare.stderr
+    )
     assert bound.returncode == 0, bound.stdout[-3000:]
     assert f"{len(backends('nvfp4_moe'))} passed" in bound.stdout  # one per backend
     assert "fp4 subject: my_engine:SUBJECT is bound to nvfp4_moe (MyAlignment)" in bound.stdout
