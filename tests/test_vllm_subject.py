@@ -53,9 +53,13 @@ ASM, TRITON = AiterLinearPath.ASM, AiterLinearPath.TRITON
 POLICY = VllmQwen3NextSharedExpert()
 
 
-def test_subject_implements_every_contract() -> None:
+FP8_CONTRACTS = {"fp8_moe", "fp8_tensor_moe"}
+"""Contracts whose vLLM paths (``Fp8MoEMethod``'s loader and ``process_weights_after_loading``) are not adapted."""
+
+
+def test_subject_implements_every_fp4_contract() -> None:
     subject = resolve("vllm")
-    assert set(subject.policies) == set(contracts())
+    assert set(subject.policies) == set(contracts()) - FP8_CONTRACTS
     assert subject.policy("mxfp4_linear") is subject.policy("shared_expert")  # one unit: vLLM's own guard
     for contract, policy in subject.policies.items():
         assert isinstance(policy, contracts()[contract])
