@@ -202,13 +202,20 @@ class Draws:
         return self._cache[key]
 
 
-class Outcomes:
-    """Whether a property's check fails on a configuration, each pair evaluated once and timed."""
+Costs = dict[str, list[float]]
+"""Seconds and examples per property name, ``[total, count]``: what :class:`Outcomes` has timed."""
 
-    def __init__(self, subject: Subject) -> None:
+
+class Outcomes:
+    """Whether a property's check fails on a configuration, each pair evaluated once and timed.
+
+    ``costs`` (optional) is shared by the subjects of one run: a property costs about the same whichever
+    subject it checks, so a later subject orders its properties by what earlier ones timed."""
+
+    def __init__(self, subject: Subject, costs: Costs | None = None) -> None:
         self.subject = subject
         self._cache: dict[tuple[str, str], bool] = {}
-        self._seconds: dict[str, list[float]] = {}
+        self._seconds: Costs = {} if costs is None else costs
         self.unavailable: set[str] = set()
 
     def fails(self, prop: Property, config: Any) -> bool:
@@ -329,7 +336,13 @@ class Detection:
 
 
 def detect(
-    subject: Subject, seeds: Sequence[int], budget: int, rate_seeds: int | None = None, draws: Draws | None = None
+    subject: Subject,
+    seeds: Sequence[int],
+    budget: int,
+    rate_seeds: int | None = None,
+    draws: Draws | None = None,
+    costs: Costs | None = None,
+    rates: bool = True,
 ) -> Detection:
     """Measure the three figures for ``subject``.
 
@@ -340,18 +353,21 @@ def detect(
     evaluate every example of those ``budget`` sequences for the properties that caught the
     subject first somewhere (the property with the best rate is among them unless it never fails
     first; the slow reference checks are spared where a cheap check catches the same bug).
-    Sequences depend on the property and the seed only, so subjects of one contract share ``draws``.
+    Sequences depend on the property and the seed only, so subjects of one contract share ``draws``, and
+    subjects of one run share ``costs`` (:class:`Outcomes`). ``rates=False`` leaves the failure rates out
+    (``python -m bench --quick``: its gate reads the examples to the first failure only).
     """
     props = [p for contract in subject.policies for p in properties(contract)]
-    draws, outcomes = draws or Draws(), Outcomes(subject)
+    draws, outcomes = draws or Draws(), Outcomes(subject, costs)
 
     def drawn(prop: Property, seed: int, max_examples: int) -> list[Any]:
         return draws.get(prop.strategy, property_seed(prop.test, seed), max_examples)
 
     searched = list(seeds)[: rate_seeds or len(seeds)]
     prefix = {p.test: common_prefix([drawn(p, seed, budget) for seed in searched]) for p in props}
-    for p in props:  # one example each first, so the cheapest properties run first from the start
-        outcomes.fails(p, drawn(p, seeds[0], CI_EXAMPLES)[0])
+    for p in props:  # one example each first (unless timed for an earlier subject), so the cheapest run first
+        if not outcomes.cost(p):
+            outcomes.fails(p, drawn(p, seeds[0], CI_EXAMPLES)[0])
     figures = {
         "pins": Figure("with pins", CI_EXAMPLES, []),
         "ci": Figure("ci without pins", CI_EXAMPLES, []),
@@ -379,7 +395,7 @@ def detect(
                 config = dict(run)[prop][n - 1]
                 counterexample = f"{prop.name}: {config.describe() if hasattr(config, 'describe') else config}"
     tallies: dict[str, dict[str, tuple[int, int]]] = {"generation": {}, "search": {}}
-    for prop in catchers.values():
+    for prop in catchers.values() if rates else ():
         skip = prefix[prop.test]
         fails = [[outcomes.fails(prop, c) for c in drawn(prop, seed, budget)] for seed in searched]
         tallies["generation"][prop.name] = (sum(map(sum, fails)), sum(map(len, fails)))
