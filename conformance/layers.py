@@ -5,8 +5,9 @@ Shared by the property modules of a contract (test modules are not imported as l
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Hashable
 from dataclasses import dataclass, replace
+from typing import Generic, TypeVar
 
 import torch
 
@@ -24,6 +25,27 @@ from strategies.catalog import SWIGLU
 from strategies.moe import MoeShape
 from strategies.mxfp4_moe import Mxfp4MoeConfig
 from strategies.tensors import dequantize_moe, generator, moe_case, real_channels, routed_experts_only
+
+T = TypeVar("T")
+
+
+class PerConfig(Generic[T]):
+    """Values that depend on a drawn configuration alone (a layer's reference output, built from its seed
+    before any policy runs), computed once for the latest ``kept`` keys: the tests of one property draw the
+    same configurations for every backend, so the backends after the first read the value instead of
+    recomputing it. Callers never change a value they read."""
+
+    def __init__(self, kept: int = 64) -> None:
+        self.kept = kept
+        self._values: dict[Hashable, T] = {}
+
+    def get(self, key: Hashable, compute: Callable[[], T]) -> T:
+        """The value of ``key``, computed by ``compute()`` unless it is kept (the oldest key is dropped)."""
+        if key not in self._values:
+            if len(self._values) >= self.kept:
+                del self._values[next(iter(self._values))]
+            self._values[key] = compute()
+        return self._values[key]
 
 
 @dataclass(frozen=True)
