@@ -244,17 +244,16 @@ class Outcomes:
     def first_failure(self, runs: Sequence[tuple[Property, Sequence[Any]]]) -> tuple[int, Property] | None:
         """The fewest examples any property needs to fail on its sequence, and that property.
 
-        Properties run cheapest first, each only up to the best count found so far, so a slow
-        check runs on the examples before a cheaper one's first failure and no further (on a
-        tie the cheaper property is named).
+        Properties run in rounds, example ``i`` of every property (cheapest first) before example ``i + 1``
+        of any, so no property runs past the first failing example's index (on a tie the cheaper property
+        is named).
         """
-        best: tuple[int, Property] | None = None
-        for prop, seq in sorted(runs, key=lambda r: self.cost(r[0])):
-            limit = len(seq) if best is None else min(len(seq), best[0] - 1)
-            n = next((i for i in range(limit) if self.fails(prop, seq[i])), None)
-            if n is not None:
-                best = (n + 1, prop)
-        return best
+        ordered = sorted(runs, key=lambda r: self.cost(r[0]))
+        for i in range(max((len(seq) for _, seq in ordered), default=0)):
+            for prop, seq in ordered:
+                if i < len(seq) and self.fails(prop, seq[i]):
+                    return i + 1, prop
+        return None
 
 
 @dataclasses.dataclass
