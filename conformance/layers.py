@@ -5,9 +5,10 @@ Shared by the property modules of a contract (test modules are not imported as l
 
 from __future__ import annotations
 
+import hashlib
 from collections.abc import Callable, Hashable
 from dataclasses import dataclass, replace
-from typing import Generic, TypeVar
+from typing import Any, Generic, TypeVar
 
 import torch
 
@@ -16,6 +17,7 @@ from backends.mxfp4_moe import Mxfp4MoeBackend
 from backends.nvfp4_moe import Nvfp4MoeBackend
 from conformance.moe_checks import align_checked
 from contracts.moe import AlignedMoe, MoeAlignment, MoeWeights, relayout_moe
+from harness.hygiene import tensors
 from reference.formats import MXFP4_BLOCK, NVFP4_BLOCK
 from reference.fp8 import FP8_BLOCK
 from reference.layouts import Fc1Layout, relayout_fc1
@@ -29,23 +31,34 @@ from strategies.tensors import dequantize_moe, generator, moe_case, real_channel
 T = TypeVar("T")
 
 
+def digest(value: Any) -> str:
+    """BLAKE2b of every tensor in ``value`` (:func:`harness.hygiene.tensors`): its path, shape, dtype and bytes."""
+    h = hashlib.blake2b(digest_size=16)
+    for path, t in tensors(value, ""):
+        h.update(f"{path} {tuple(t.shape)} {t.dtype};".encode())
+        h.update(t.detach().reshape(-1).contiguous().view(torch.uint8).numpy())
+    return h.hexdigest()
+
+
 class PerConfig(Generic[T]):
-    """Values that depend on a drawn configuration alone (a layer's reference output, built from its seed
-    before any policy runs), computed once for the latest ``kept`` keys: the tests of one property draw the
-    same configurations for every backend, so the backends after the first read the value instead of
-    recomputing it. Callers never change a value they read."""
+    """Values computed from a drawn configuration's tensors, kept for the latest ``kept`` keys: the tests of
+    one property draw the same configurations for every backend, so the backends after the first read the
+    value instead of recomputing it. A value is kept under its key and the :func:`digest` of the tensors it
+    is computed from, so tensors that changed since (an unguarded policy that writes into its input) are a
+    new key and the value is computed from them. Callers never change a value they read."""
 
     def __init__(self, kept: int = 64) -> None:
         self.kept = kept
-        self._values: dict[Hashable, T] = {}
+        self._values: dict[tuple[Hashable, str], T] = {}
 
-    def get(self, key: Hashable, compute: Callable[[], T]) -> T:
-        """The value of ``key``, computed by ``compute()`` unless it is kept (the oldest key is dropped)."""
-        if key not in self._values:
+    def get(self, key: Hashable, inputs: Any, compute: Callable[[], T]) -> T:
+        """The value of ``key`` on ``inputs``, computed by ``compute()`` unless it is kept (the oldest is dropped)."""
+        full = (key, digest(inputs))
+        if full not in self._values:
             if len(self._values) >= self.kept:
                 del self._values[next(iter(self._values))]
-            self._values[key] = compute()
-        return self._values[key]
+            self._values[full] = compute()
+        return self._values[full]
 
 
 @dataclass(frozen=True)

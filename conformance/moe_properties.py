@@ -55,6 +55,7 @@ def check_padding_invariance(fmt: MoeFormat, config: Any, backend: enum.Enum, po
         lambda: reference_output(aligned.weights, layout, layer, shape, requantize=fmt.requantize),
         _REAL_OUTPUTS.get(
             (fmt.name, config.to_json()),
+            layer,
             lambda: reference_output(layer.real, layer.real.fc1_layout, layer, shape, requantize=fmt.requantize),
         ),
         f"padding changed the MoE output ({backend.value} reads FC1 rows as {layout.value}; "

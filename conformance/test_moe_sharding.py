@@ -282,7 +282,7 @@ def check_ranks_sum_to_layer(config: ShardingConfig, backend: enum.Enum | None, 
     if shards is None:
         return
     out, bias, mag = _LAYER_OUTPUTS.get(
-        config.to_json(), lambda: partial_output(case.weights, tuple(range(config.experts)), case, config)
+        config.to_json(), case, lambda: partial_output(case.weights, tuple(range(config.experts)), case, config)
     )
     want = out + bias
     got = torch.zeros_like(want)

@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import replace
 
 import pytest
+import torch
 from hypothesis import given
 from hypothesis import strategies as st
 
@@ -197,5 +198,8 @@ def test_per_config_values_are_computed_once_and_the_oldest_dropped() -> None:
         calls.append(key)
         return key.upper()
 
-    assert [kept.get(k, lambda k=k: compute(k)) for k in ("a", "b", "a", "c", "a")] == ["A", "B", "A", "C", "A"]
+    inputs = torch.zeros(3)
+    assert [kept.get(k, inputs, lambda k=k: compute(k)) for k in ("a", "b", "a", "c", "a")] == list("ABACA")
     assert calls == ["a", "b", "c", "a"], "a read its kept value once, then was dropped for c"
+    inputs[1] = 1.0  # changed in place: a new key
+    assert kept.get("a", inputs, lambda: compute("a")) == "A" and calls == ["a", "b", "c", "a", "a"]
