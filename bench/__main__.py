@@ -1,6 +1,6 @@
 """``python -m bench``: detection power and speed of the suite vs. the libraries' fixed grids.
 
-``--quick`` (one seed, 25-example budget, no throughput pass) fits in CI and exits non-zero
+``--quick`` (one seed, 25-example budget, no failure rates, no throughput pass) fits in CI and exits non-zero
 unless the ``ci`` run with its pins catches every chosen known-bad subject, and generation alone
 (no pins) every mutant of :data:`bench.mutants.CI_MUTANTS`.
 """

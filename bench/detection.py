@@ -203,13 +203,20 @@ class Draws:
         return self._cache[key]
 
 
-class Outcomes:
-    """Whether a property's check fails on a configuration, each pair evaluated once and timed."""
+Costs = dict[str, list[float]]
+"""Seconds and examples per property name, ``[total, count]``: what :class:`Outcomes` has timed."""
 
-    def __init__(self, subject: Subject) -> None:
+
+class Outcomes:
+    """Whether a property's check fails on a configuration, each pair evaluated once and timed.
+
+    ``costs`` (optional) is shared by the subjects of one run: a property costs about the same whichever
+    subject it checks, so a later subject orders its properties by what earlier ones timed."""
+
+    def __init__(self, subject: Subject, costs: Costs | None = None) -> None:
         self.subject = subject
         self._cache: dict[tuple[str, str], bool] = {}
-        self._seconds: dict[str, list[float]] = {}
+        self._seconds: Costs = {} if costs is None else costs
         self.unavailable: set[str] = set()
 
     def fails(self, prop: Property, config: Any) -> bool:
@@ -238,17 +245,16 @@ class Outcomes:
     def first_failure(self, runs: Sequence[tuple[Property, Sequence[Any]]]) -> tuple[int, Property] | None:
         """The fewest examples any property needs to fail on its sequence, and that property.
 
-        Properties run cheapest first, each only up to the best count found so far, so a slow
-        check runs on the examples before a cheaper one's first failure and no further (on a
-        tie the cheaper property is named).
+        Properties run in rounds, example ``i`` of every property (cheapest first) before example ``i + 1``
+        of any, so no property runs past the first failing example's index (on a tie the cheaper property
+        is named).
         """
-        best: tuple[int, Property] | None = None
-        for prop, seq in sorted(runs, key=lambda r: self.cost(r[0])):
-            limit = len(seq) if best is None else min(len(seq), best[0] - 1)
-            n = next((i for i in range(limit) if self.fails(prop, seq[i])), None)
-            if n is not None:
-                best = (n + 1, prop)
-        return best
+        ordered = sorted(runs, key=lambda r: self.cost(r[0]))
+        for i in range(max((len(seq) for _, seq in ordered), default=0)):
+            for prop, seq in ordered:
+                if i < len(seq) and self.fails(prop, seq[i]):
+                    return i + 1, prop
+        return None
 
 
 @dataclasses.dataclass
@@ -330,7 +336,13 @@ class Detection:
 
 
 def detect(
-    subject: Subject, seeds: Sequence[int], budget: int, rate_seeds: int | None = None, draws: Draws | None = None
+    subject: Subject,
+    seeds: Sequence[int],
+    budget: int,
+    rate_seeds: int | None = None,
+    draws: Draws | None = None,
+    costs: Costs | None = None,
+    rates: bool = True,
 ) -> Detection:
     """Measure the three figures for ``subject``.
 
@@ -341,18 +353,21 @@ def detect(
     evaluate every example of those ``budget`` sequences for the properties that caught the
     subject first somewhere (the property with the best rate is among them unless it never fails
     first; the slow reference checks are spared where a cheap check catches the same bug).
-    Sequences depend on the property and the seed only, so subjects of one contract share ``draws``.
+    Sequences depend on the property and the seed only, so subjects of one contract share ``draws``, and
+    subjects of one run share ``costs`` (:class:`Outcomes`). ``rates=False`` leaves the failure rates out
+    (``python -m bench --quick``: its gate reads the examples to the first failure only).
     """
     props = [p for contract in subject.policies for p in properties(contract)]
-    draws, outcomes = draws or Draws(), Outcomes(subject)
+    draws, outcomes = draws or Draws(), Outcomes(subject, costs)
 
     def drawn(prop: Property, seed: int, max_examples: int) -> list[Any]:
         return draws.get(prop.strategy, property_seed(prop.test, seed), max_examples)
 
     searched = list(seeds)[: rate_seeds or len(seeds)]
     prefix = {p.test: common_prefix([drawn(p, seed, budget) for seed in searched]) for p in props}
-    for p in props:  # one example each first, so the cheapest properties run first from the start
-        outcomes.fails(p, drawn(p, seeds[0], CI_EXAMPLES)[0])
+    for p in props:  # one example each first (unless timed for an earlier subject), so the cheapest run first
+        if not outcomes.cost(p):
+            outcomes.fails(p, drawn(p, seeds[0], CI_EXAMPLES)[0])
     figures = {
         "pins": Figure("with pins", CI_EXAMPLES, []),
         "ci": Figure("ci without pins", CI_EXAMPLES, []),
@@ -380,7 +395,7 @@ def detect(
                 config = dict(run)[prop][n - 1]
                 counterexample = f"{prop.name}: {config.describe() if hasattr(config, 'describe') else config}"
     tallies: dict[str, dict[str, tuple[int, int]]] = {"generation": {}, "search": {}}
-    for prop in catchers.values():
+    for prop in catchers.values() if rates else ():
         skip = prefix[prop.test]
         fails = [[outcomes.fails(prop, c) for c in drawn(prop, seed, budget)] for seed in searched]
         tallies["generation"][prop.name] = (sum(map(sum, fails)), sum(map(len, fails)))

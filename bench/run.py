@@ -341,7 +341,9 @@ def _measure(index: int) -> tuple[dict[str, Any] | None, dict[str, tuple[str, st
     subject, began = _JOB["subjects"][index], time.perf_counter()
     row = None
     if _JOB["with_suite"]:
-        row = detect(subject, _JOB["seeds"], _JOB["budget"], _JOB["rate_seeds"], _JOB["draws"]).row()
+        row = detect(
+            subject, _JOB["seeds"], _JOB["budget"], _JOB["rate_seeds"], _JOB["draws"], _JOB["costs"], not _JOB["quick"]
+        ).row()
     verdicts = {
         grid.name: grid_catches(subject, contract, configs)
         for grid, contract, configs in _JOB["grids"]
@@ -368,7 +370,8 @@ def run(
 
     ``jobs > 1`` measures that many subjects at once in forked worker processes (rows keep the
     subjects' order; the figures do not depend on it). ``with_suite=False`` runs the fixed grids only
-    (their verdicts do not depend on seeds or budgets; :func:`joined` adds them to a suite run).
+    (their verdicts do not depend on seeds or budgets; :func:`joined` adds them to a suite run). ``quick``
+    leaves the failure rates out (its gate reads the examples to the first failure only).
     """
     from bench.grids_adapter import grid_configs
 
@@ -376,7 +379,7 @@ def run(
     chosen = chosen_subjects(subjects)
     grid_list = [(g, contract, configs) for g, contract, configs in grid_configs()] if with_grids else []
     _JOB.update(subjects=chosen, seeds=seeds, budget=budget, rate_seeds=rate_seeds, draws=Draws(), grids=grid_list)
-    _JOB.update(with_suite=with_suite)
+    _JOB.update(with_suite=with_suite, costs={}, quick=quick)
     if jobs > 1:
         with ProcessPoolExecutor(jobs, mp_context=multiprocessing.get_context("fork")) as pool:
             measured = list(pool.map(_measure, range(len(chosen))))

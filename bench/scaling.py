@@ -5,7 +5,8 @@ Each worker count runs the targets (default ``conformance tests``) once, in a fr
 every run draws the same examples), and the report gives per run: workers, torch threads per
 worker (from the workers' own records, :mod:`harness.workers`), wall seconds, speed-up over the
 first run, worker start-up (spawn to first test, median and maximum), outcome counts, and whether
-every test's outcome and example count equal the first run's. The last row is ``-n auto``.
+every test's outcome and example count equal the first run's, the CPU seconds it used (pytest and its
+workers, user + system) and the host's one-minute load average at its start. The last row is ``-n auto``.
 Also listed: the slowest properties' examples per second in the first run. Written as
 ``scaling.md`` and ``scaling.json`` under ``--out``. On a GPU host the kernel properties (markers
 ``cuda``, ``sm90``, ``sm100``, ``gfx950``) run once first, untimed, so that JIT builds and caches
@@ -18,6 +19,11 @@ back on this host, and the report gives both examples/s.
 The variables ``OMP_NUM_THREADS`` and ``MKL_NUM_THREADS`` are removed from the runs' environment
 so that the plugin sizes the thread pools; ``--threads T`` sets them to ``T`` instead (for example
 to measure the unsplit default, one thread per core in every worker).
+
+The CI speed figure: ``python -m bench.scaling --workers auto --max-wall 60`` runs ``conformance tests`` once at
+``-n auto`` and reports its wall time, CPU seconds and ten longest tests; it exits 1 when the wall time is
+over 60 s. On a host shared with other jobs the wall time is an upper bound and the CPU seconds (about
+``cores x wall`` on an idle host) are the figure to compare between commits.
 """
 
 from __future__ import annotations
@@ -26,6 +32,7 @@ import argparse
 import json
 import os
 import platform
+import resource
 import statistics
 import subprocess
 import sys
@@ -93,6 +100,13 @@ def warm_up(targets: list[str], profile: str, root: Path) -> float:
         return time.perf_counter() - start
 
 
+def children_cpu() -> float:
+    """User + system CPU seconds of this process's finished children and their waited-for descendants
+    (a pytest run and its xdist workers)."""
+    usage = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return usage.ru_utime + usage.ru_stime
+
+
 def run_once(workers: str, targets: list[str], profile: str, threads: int | None, root: Path) -> dict[str, Any]:
     """One ``pytest -n workers`` run of ``targets``; wall time, records, outcomes and example counts."""
     with tempfile.TemporaryDirectory() as tmp:
@@ -102,9 +116,11 @@ def run_once(workers: str, targets: list[str], profile: str, threads: int | None
             "--hypothesis-profile", profile, "--results", str(results), "--junitxml", str(results / "junit.xml"),
         ]  # fmt: skip
         env = pytest_env(profile, threads, root)
+        load, before = os.getloadavg()[0], children_cpu()
         start = time.perf_counter()
         proc = subprocess.run(cmd, cwd=root, env=env, capture_output=True, text=True, timeout=7200)
         wall = time.perf_counter() - start
+        cpu = children_cpu() - before
         records = read_records(results)
         stats: dict[str, dict[str, Any]] = {}
         for path in results.glob("stats-*.json"):
@@ -114,6 +130,8 @@ def run_once(workers: str, targets: list[str], profile: str, threads: int | None
             "returncode": proc.returncode,
             "tail": proc.stdout[-2000:] if proc.returncode not in (0, 1) else "",
             "wall_s": wall,
+            "cpu_s": cpu,
+            "load": load,
             "records": records,
             "outcomes": outcomes(junit) if junit.exists() else {},
             "longest": longest(junit) if junit.exists() else [],
@@ -131,6 +149,8 @@ def row(label: str, run: dict[str, Any], first: dict[str, Any]) -> dict[str, Any
         "processes": len(run["records"]),
         "threads_per_worker": sorted({r["threads"] for r in run["records"]}),
         "wall_s": round(run["wall_s"], 1),
+        "cpu_s": round(run["cpu_s"], 1),
+        "load": round(run["load"], 1),
         "speedup": round(first["wall_s"] / run["wall_s"], 2),
         "startup_median_s": round(statistics.median(startups), 2) if startups else None,
         "startup_max_s": round(max(startups), 2) if startups else None,
@@ -202,14 +222,15 @@ def markdown(report: dict[str, Any]) -> str:
         + (f"; every worker forced to {report['threads']} threads" if report["threads"] else "")
         + (f"; kernel-property warm-up {report['warmup_s']} s before the first row" if report["warmup_s"] else ""),
         "",
-        "| workers | processes x torch threads | wall s | speed-up | start-up median / max s "
+        "| workers | processes x torch threads | wall s | CPU s | load at start | speed-up | start-up median / max s "
         "| passed / failed / skipped | same results as first row |",
-        "|---|---|---|---|---|---|---|",
+        "|---|---|---|---|---|---|---|---|---|",
     ]
     for r in report["runs"]:
         threads = "/".join(map(str, r["threads_per_worker"])) or "?"
         out.append(
-            f"| {r['workers']} | {r['processes']} x {threads} | {r['wall_s']} | {r['speedup']}x "
+            f"| {r['workers']} | {r['processes']} x {threads} | {r['wall_s']} | {r['cpu_s']} | {r['load']} "
+            f"| {r['speedup']}x "
             f"| {r['startup_median_s']} / {r['startup_max_s']} | {r['passed']} / {r['failed']} / {r['skipped']} "
             f"| {'yes' if r['same_results'] else 'NO'} |"
         )
@@ -246,6 +267,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--profile", default="ci", help="Hypothesis profile (default ci)")
     parser.add_argument("--threads", type=int, help="force this many torch threads in every worker")
     parser.add_argument("--require-speedup", type=float, help="exit 1 unless the last row is this much faster")
+    parser.add_argument("--max-wall", type=float, help="exit 1 when the last row's wall time is over this (s)")
     parser.add_argument("--root", type=Path, default=ROOT, help="checkout to run (default: this one)")
     parser.add_argument("--baseline-root", type=Path, help="another checkout: A/B of the slowest properties")
     parser.add_argument("--out", type=Path, default=Path("results/scaling"), help="output folder")
@@ -286,6 +308,9 @@ def main(argv: list[str] | None = None) -> int:
         return 1
     if args.require_speedup and last["speedup"] < args.require_speedup:
         print(f"-n {last['workers']} is {last['speedup']}x, below {args.require_speedup}x", file=sys.stderr)
+        return 1
+    if args.max_wall and last["wall_s"] > args.max_wall:
+        print(f"-n {last['workers']} took {last['wall_s']} s, over {args.max_wall} s", file=sys.stderr)
         return 1
     return 0
 

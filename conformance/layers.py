@@ -5,8 +5,10 @@ Shared by the property modules of a contract (test modules are not imported as l
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import hashlib
+from collections.abc import Callable, Hashable
 from dataclasses import dataclass, replace
+from typing import Any, Generic, TypeVar
 
 import torch
 
@@ -16,6 +18,7 @@ from backends.mxfp4_moe import Mxfp4MoeBackend
 from backends.nvfp4_moe import Nvfp4MoeBackend
 from conformance.moe_checks import align_checked
 from contracts.moe import AlignedMoe, MoeAlignment, MoeWeights, relayout_moe
+from harness.hygiene import tensors
 from reference.formats import MXFP4_BLOCK, NVFP4_BLOCK
 from reference.fp8 import FP8_BLOCK, FP8_TENSOR_BLOCK
 from reference.layouts import Fc1Layout, relayout_fc1
@@ -25,6 +28,38 @@ from strategies.catalog import SWIGLU
 from strategies.moe import MoeShape
 from strategies.mxfp4_moe import Mxfp4MoeConfig
 from strategies.tensors import dequantize_moe, generator, moe_case, real_channels, routed_experts_only
+
+T = TypeVar("T")
+
+
+def digest(value: Any) -> str:
+    """BLAKE2b of every tensor in ``value`` (:func:`harness.hygiene.tensors`): its path, shape, dtype and bytes."""
+    h = hashlib.blake2b(digest_size=16)
+    for path, t in tensors(value, ""):
+        h.update(f"{path} {tuple(t.shape)} {t.dtype};".encode())
+        h.update(t.detach().reshape(-1).contiguous().view(torch.uint8).numpy())
+    return h.hexdigest()
+
+
+class PerConfig(Generic[T]):
+    """Values computed from a drawn configuration's tensors, kept for the latest ``kept`` keys: the tests of
+    one property draw the same configurations for every backend, so the backends after the first read the
+    value instead of recomputing it. A value is kept under its key and the :func:`digest` of the tensors it
+    is computed from, so tensors that changed since (an unguarded policy that writes into its input) are a
+    new key and the value is computed from them. Callers never change a value they read."""
+
+    def __init__(self, kept: int = 64) -> None:
+        self.kept = kept
+        self._values: dict[tuple[Hashable, str], T] = {}
+
+    def get(self, key: Hashable, inputs: Any, compute: Callable[[], T]) -> T:
+        """The value of ``key`` on ``inputs``, computed by ``compute()`` unless it is kept (the oldest is dropped)."""
+        full = (key, digest(inputs))
+        if full not in self._values:
+            if len(self._values) >= self.kept:
+                del self._values[next(iter(self._values))]
+            self._values[full] = compute()
+        return self._values[full]
 
 
 @dataclass(frozen=True)

@@ -21,13 +21,25 @@ TRTLLM_EPILOGUE_TILE_M = 128
 """trtllm-gen FP4 weights always use ``epilogue_tile_m = 128`` (shuffle block 32)."""
 
 
+def is_permutation(perm: torch.Tensor) -> bool:
+    """Whether the integer tensor ``perm`` (any shape, ``n`` elements) holds each of ``0..n-1`` exactly once.
+
+    ``n`` values all in ``0..n-1``, none twice, are a bijection; one count per value (``bincount``, O(n))
+    decides it without sorting.
+    """
+    flat = perm.flatten()
+    n = flat.numel()
+    if n == 0:
+        return True
+    if int(flat.min()) < 0 or int(flat.max()) >= n:
+        return False
+    return bool(torch.bincount(flat, minlength=n).eq(1).all())
+
+
 def inverse_permutation(perm: torch.Tensor) -> torch.Tensor:
     """``inv`` with ``x[perm][inv] == x``; raises unless ``perm`` is a bijection of ``0..n-1``."""
     n = perm.numel()
-    require(
-        bool(torch.equal(perm.sort().values, torch.arange(n, device=perm.device))),
-        "index tensor is not a permutation",
-    )
+    require(is_permutation(perm), "index tensor is not a permutation")
     inv = torch.empty_like(perm)
     inv[perm] = torch.arange(n, device=perm.device)
     return inv

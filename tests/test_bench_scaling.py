@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import subprocess
+import sys
 from pathlib import Path
 
 from bench import scaling
@@ -35,6 +37,8 @@ def test_outcomes_from_junit(tmp_path: Path) -> None:
 def _run(wall: float, outcome: str = "passed", examples: int = 25) -> dict:
     return {
         "wall_s": wall,
+        "cpu_s": 2 * wall,
+        "load": 0.5,
         "returncode": 0,
         "records": [{"worker": "gw0", "threads": 4, "cores": 16, "startup_s": 3.0}],
         "outcomes": {"t::a": outcome},
@@ -61,7 +65,14 @@ def test_rows_compare_with_the_first_run_and_render() -> None:
     }
     report["baseline"], report["ab"] = "old", [{"property": "t::a", "baseline": 4.0, "this": 12.5, "ratio": 3.12}]
     text = scaling.markdown(report)
-    assert "| 4 | 1 x 4 | 25.0 | 4.0x | 3.0 / 3.0 | 1 / 0 / 0 | yes |" in text
-    assert "| auto | 1 x 4 | 20.0 | 5.0x" in text and "| NO |" in text
+    assert "| 4 | 1 x 4 | 25.0 | 50.0 | 0.5 | 4.0x | 3.0 / 3.0 | 1 / 0 / 0 | yes |" in text
+    assert "| auto | 1 x 4 | 20.0 | 40.0 | 0.5 | 5.0x" in text and "| NO |" in text
     assert "| `t::a` | 25 | 2.0 | 12.5 |" in text
     assert "| `t::a` | 4.0 | 12.5 | 3.12x |" in text
+
+
+def test_children_cpu_counts_a_finished_child() -> None:
+    before = scaling.children_cpu()
+    burn = "import time\nend = time.process_time() + 0.3\nwhile time.process_time() < end: pass"
+    subprocess.run([sys.executable, "-c", burn], check=True, timeout=60)
+    assert scaling.children_cpu() - before >= 0.25

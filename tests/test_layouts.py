@@ -46,6 +46,7 @@ from reference.layouts import (
     grouped_gate_up_interleave,
     interleave_rows,
     inverse_permutation,
+    is_permutation,
     sm90_mixed_gemm_scale_deinterleave,
     sm90_mixed_gemm_scale_interleave,
     swap_halves,
@@ -81,6 +82,14 @@ def assert_permutation(perm: torch.Tensor, n: int) -> None:
     assert torch.equal(perm.sort().values, torch.arange(n)), f"not a permutation of 0..{n - 1}"
     x = labels(n)
     assert torch.equal(x[perm][inverse_permutation(perm)], x)
+
+
+def test_is_permutation_counts_each_value_once() -> None:
+    assert is_permutation(torch.tensor([[2, 0], [3, 1]])) and is_permutation(torch.tensor([], dtype=torch.long))
+    for bad in ([0, 0, 1], [0, 1, 3], [-1, 0, 1], [1, 2, 3]):
+        assert not is_permutation(torch.tensor(bad)), bad
+    with pytest.raises(ShapeContractError, match="not a permutation"):
+        inverse_permutation(torch.tensor([0, 2, 2]))
 
 
 # --- 128x4 swizzle --------------------------------------------------------------------------------

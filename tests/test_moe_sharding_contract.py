@@ -5,10 +5,12 @@ from __future__ import annotations
 from dataclasses import replace
 
 import pytest
+import torch
 from hypothesis import given
 from hypothesis import strategies as st
 
 from conformance import test_moe_sharding as sharding
+from conformance.layers import PerConfig
 from contracts.moe_sharding import RankShard, ShardRefused, rank_coordinates
 from reference.formats import MXFP4_BLOCK, NVFP4_BLOCK
 from reference.layouts import Fc1Layout
@@ -186,3 +188,18 @@ def test_refusing_a_group_cutting_split_is_allowed() -> None:
 def test_configs_round_trip_and_are_whole_groups(config: ShardingConfig) -> None:
     assert ShardingConfig.from_dict(config.to_dict()) == config
     assert config.intermediate % config.block == 0
+
+
+def test_per_config_values_are_computed_once_and_the_oldest_dropped() -> None:
+    calls: list[str] = []
+    kept = PerConfig[str](kept=2)
+
+    def compute(key: str) -> str:
+        calls.append(key)
+        return key.upper()
+
+    inputs = torch.zeros(3)
+    assert [kept.get(k, inputs, lambda k=k: compute(k)) for k in ("a", "b", "a", "c", "a")] == list("ABACA")
+    assert calls == ["a", "b", "c", "a"], "a read its kept value once, then was dropped for c"
+    inputs[1] = 1.0  # changed in place: a new key
+    assert kept.get("a", inputs, lambda: compute("a")) == "A" and calls == ["a", "b", "c", "a", "a"]
