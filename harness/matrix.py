@@ -255,19 +255,21 @@ def evidence(outcome: Outcome) -> dict[str, str]:
             found["finding"] = f"findings/{folder.group(1)}/"
         found["link"] = outcome.entry.link
         found["reach"] = outcome.entry.reach.describe()
+        found["ledger"] = _short(outcome.entry.reason, 300)
     return found
 
 
 def flag_notes(
     subject: str, hardware: Hardware, configs: dict[str, Any], fmt: Format, default: enum.Enum | None
 ) -> list[str]:
-    """The subject's ledger entries reached here only behind a flag: an entry of reach *flag only* on this hardware
-    whose condition holds for this cell's configuration loaded for another backend of the format."""
+    """The subject's ledger entries reached here only behind a flag: an entry of reach *flag only* or *default
+    path* (on other hardware or models) on this hardware whose condition holds for this cell's configuration loaded
+    for another backend of the format than ``default``."""
     on = LedgerHardware(hardware.value.upper() if hardware.value.startswith("sm") else hardware.value)
     members = type(default) if default is not None else None
     notes: dict[str, None] = {}
     for entry in resolve(subject).known_failures:
-        if entry.reach.kind is not ReachKind.FLAG or on not in entry.hardware or entry.contract not in configs:
+        if entry.reach.kind is ReachKind.LATENT or on not in entry.hardware or entry.contract not in configs:
             continue
         config = configs[entry.contract]
         candidates = list(members) if members is not None else list(_format_members(fmt))
@@ -275,7 +277,7 @@ def flag_notes(
             if backend == default or entry.backend not in (None, backend.value):
                 continue
             if entry.applies(config.for_backend(backend)):
-                notes[f"{entry.reach.detail} ({entry.link})"] = None
+                notes[f"{entry.reach.describe()} ({entry.link})"] = None
                 break
     return list(notes)
 
@@ -369,16 +371,14 @@ def cell(
             "checks": [{"check": o.check, "passed": o.error is None} for o in outcomes],
             "evidence": {} if worst is None else evidence(worst),
         }
-    record["notes"] = flag_notes(subject, hardware, configs, fmt, choice.backend)
+    record["notes"] = flag_notes(subject, hardware, configs, fmt, backend)
     return record
 
 
 def _gib(worst: Outcome, model: str, fmt: Format, tp: int, ep: int, config: Any, backend: Any, subject: str) -> str:
     """``+X GiB per MoE layer per GPU``, the other dimension taken from the subject's own padding of the rank."""
-    from conformance.moe_formats import MXFP4 as MXFP4_FORMAT
-    from conformance.moe_formats import NVFP4 as NVFP4_FORMAT
-
-    moe_format = NVFP4_FORMAT if fmt is NVFP4 else MXFP4_FORMAT
+    formats = importlib.import_module("conformance.moe_formats")  # the properties' layer, loaded as the checks are
+    moe_format = formats.NVFP4 if fmt is NVFP4 else formats.MXFP4
     policy = guard_inputs(resolve(subject).policy(moe_format.contract))
     aligned, _ = moe_format.align(config.for_backend(backend), backend, policy)
     what = OVER_PADDING.search(worst.error or "").group(1)  # type: ignore[union-attr]
@@ -471,7 +471,7 @@ def render(matrices: list[dict[str, Any]]) -> str:
         "per MoE layer per GPU); **known bug** (a known upstream bug, linked, with its reach); **not served** (the "
         "engine's selection refuses the configuration); **?** (undetermined: the default depends on something "
         "a CPU machine cannot fake, or the suite has no record of the engine's kernel; the cell says which). "
-        "⚑: a known bug is reached here behind a flag. A linked cell's detail, reproduction and finding are "
+        "⚑: a known bug is reached here behind a flag (another backend than the default). A linked cell's detail, reproduction and finding are "
         "below its engine's tables.",
         "",
     ]
@@ -504,7 +504,7 @@ def render(matrices: list[dict[str, Any]]) -> str:
             lines.append(f"- {head} ({default}). {c['detail']}")
             ev = c.get("evidence") or {}
             if "link" in ev:
-                lines.append(f"  Ledger: {ev['link']} ({ev['reach']}).")
+                lines.append(f"  Ledger: {ev['link']} ({ev['reach']}): {ev['ledger']}")
             if "finding" in ev:
                 lines.append(f"  Finding: [{ev['finding']}](../{ev['finding']}).")
             if "repro" in ev:
