@@ -273,8 +273,11 @@ class DefaultChoice:
     ``backend``: the suite's backend record member the engine's choice maps to (the inverse of the engine's
     ``*_BACKENDS`` map), ``None`` where the engine picks a kernel the suite has no record for or the choice is
     not determined; ``reason``: what the engine chose, or why no member is given; ``consulted``: the engine
-    functions called, ``module.function (engine version)``."""
+    functions called, ``module.function (engine version)``; ``loader``: where ``backend`` is ``None`` because the
+    engine's kernel has no record, the record whose weight loading (the quantization method's ``create_weights``
+    and the model's expert loader) the engine's choice shares, so the loading properties still run for it."""
 
     backend: enum.Enum | None
     reason: str
     consulted: tuple[str, ...]
+    loader: enum.Enum | None = None

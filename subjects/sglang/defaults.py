@@ -16,7 +16,12 @@ makes the cell undetermined, naming it (:class:`~subjects.engine_tools.Undetermi
 The runner and the hardware map back to the suite's backend record through the subject's own maps
 (:data:`subjects.sglang.bridge.MXFP4_BACKENDS` and ``NVFP4_BACKENDS``; DeepSeek-V4's FP4 experts through
 :data:`subjects.sglang.dsv4.bridge.DSV4_BACKENDS`): the member whose runner is the one chosen and whose platform
-facts the hardware has.
+facts the hardware has. ``flashinfer_mxfp4`` on SM120 (FlashInfer's CUTLASS MXFP8 x MXFP4 kernel) has no record;
+its weights load as on SM90 (``DefaultChoice.loader``: the SM90 CUTLASS record): ``Mxfp4MoEMethod.create_weights``
+allocates ``I/tp`` rows per half in one branch for ``cutlass_sm90`` and ``cutlass_sm120``
+(``layers/quantization/mxfp4.py:493-516``), and ``Fp8Config`` maps DeepSeek-V4's FP4 experts to
+``Mxfp4FlashinferCutlassMoEMethod`` on both (findings/sglang-gpt-oss-mxfp4-cutlass-tp-load,
+findings/sglang-dsv4-cutlass-refuses-default).
 """
 
 from __future__ import annotations
@@ -29,6 +34,7 @@ from collections.abc import Mapping
 from typing import Any
 from unittest import mock
 
+from backends.mxfp4_moe import Mxfp4MoeBackend
 from subjects.engine_tools import FP4_CHECKPOINTS, DefaultChoice, Fp4Checkpoint, Hardware, Undetermined
 from subjects.sglang.bridge import MXFP4_BACKENDS, NVFP4_BACKENDS, SGLANG_VERSION, sglang_modules
 from subjects.sglang.dsv4.bridge import DSV4_BACKENDS
@@ -229,5 +235,5 @@ def _choice(model: str, hardware: Hardware, runner: str) -> DefaultChoice:
         return DefaultChoice(None, f"{said}, which the subject's map gives {len(members)} records", CONSULTED)
     if runner == "flashinfer_mxfp4" and hardware is Hardware.SM120:
         reason = f"{said}; on SM120 that is cutlass_fused_moe with MXFP8 activations, which the suite has no record for"
-        return DefaultChoice(None, reason, CONSULTED)
+        return DefaultChoice(None, reason, CONSULTED, loader=Mxfp4MoeBackend.FLASHINFER_CUTLASS_SM90)
     return DefaultChoice(None, f"{said}, which no suite record maps on {hardware.value}", CONSULTED)
