@@ -557,7 +557,8 @@ SGLANG_SHARDING_FAILURES: tuple[KnownFailure, ...] = (
         match=r"The size of tensor a \(\d+\) must match the size of tensor b \(\d+\)",
         raised_in=GPT_OSS_LOADERS,
         reach=Reach.default(
-            "gpt-oss at TP4 / TP8 on SM120, where model_overrides/gpt_oss.py picks flashinfer_mxfp4 "
+            "gpt-oss at TP4 / TP8 / TP16 on SM120 (720, 360, 180 channels per rank), where "
+            "model_overrides/gpt_oss.py picks flashinfer_mxfp4 "
             "(findings/sglang-gpt-oss-mxfp4-cutlass-tp-load); SM90 behind --moe-runner-backend flashinfer_mxfp4, "
             "SM100 behind --moe-runner-backend deep_gemm"
         ),

@@ -178,7 +178,8 @@ VLLM_KNOWN_FAILURES: tuple[KnownFailure, ...] = (
             "gpt-oss on SM120: with BF16 activations _get_priority_backends_for_gpt_oss reaches MARLIN first "
             "there (TRT-LLM is SM100, FLASHINFER_CUTLASS_MXFP4_BF16 SM90, TRITON moved after Marlin; gpt-oss TP2:"
             " 1440 -> 1536, not 1472), as _get_priority_backends does for DeepSeek-V4 (V4.1-Flash TP8: 288 -> "
-            "384); SM90 and SM100 behind --moe-backend marlin"
+            "384) on SM90 and SM120 (DeepSeek-V4 I 3072 at TP16: 192 -> 256, docs/matrix.md); SM90 and SM100 "
+            "behind --moe-backend marlin for gpt-oss"
         ),
         hardware=(Hardware.SM90, Hardware.SM100, Hardware.SM120),
     ),
@@ -311,10 +312,13 @@ VLLM_SHARDING_FAILURES: tuple[KnownFailure, ...] = (
             match=match,
             check=check,
             reach=Reach.default(
-                "Nemotron-3-Nano NVFP4 (I 1856) and Gemma-4-26B-A4B NVFP4 (I 704) at TP8 with default flags: "
-                "RoutedExperts.weight_loader is every NVFP4 backend's loader (and Quark OCP-MX MXFP4's on ROCm)"
+                "Nemotron-3-Nano NVFP4 (I 1856) and Gemma-4-26B-A4B NVFP4 (I 704) at TP8, DeepSeek-V4.1-Flash "
+                "(I 2304) at TP16 (144 channels per rank; Marlin on SM90 and SM120, TRT-LLM on SM100, docs/matrix.md) "
+                "with default flags: RoutedExperts.weight_loader is every NVFP4 backend's loader, Quark OCP-MX MXFP4's "
+                "on ROCm, and DeepSeek-V4.1's (models/deepseek_v41/nvidia/model.py load_weights hands each expert "
+                "tensor to the parameter's weight_loader)"
             ),
-            hardware=(Hardware.SM100, Hardware.SM120, Hardware.GFX950),
+            hardware=(Hardware.SM90, Hardware.SM100, Hardware.SM120, Hardware.GFX950),
         )
         for check, match in (
             ("check_every_element_on_one_rank", r"which cut a \d+-element scale group"),
