@@ -27,6 +27,7 @@ RECORD_MODULES = (
     "backends.mxfp4_linear",
     "backends.fp8_moe",
     "backends.fp8_tensor_moe",
+    "backends.mxfp8_linear",
 )
 """The modules declaring backend enums and their records (imported on first lookup)."""
 

@@ -52,6 +52,7 @@ CHECK_MODULES = (
     "conformance.test_fp8_moe",
     "conformance.test_fp8_tensor_moe",
     "conformance.test_mxfp4_linear",
+    "conformance.test_mxfp8_linear",
     "conformance.test_shared_expert",
     "conformance.test_moe_sharding",
 )

@@ -49,7 +49,10 @@ def markers(names: Sequence[str]) -> str:
 
 
 def padded_sizes(r: BackendRecord) -> str:
-    """What the built-in policy rounds ``(I, H)`` to (MoE records; ``—`` for others)."""
+    """What the built-in policy rounds ``(I, H)`` to (MoE records), ``(N, K)`` to (MXFP8 linear records; both at
+    least 128), ``—`` for others."""
+    if hasattr(r, "k_multiple"):
+        return f"N to {r.n_multiple}, K to {r.k_multiple} (both >= 128)"
     if not hasattr(r, "intermediate_multiple"):
         return "—"
     non_gated = getattr(r, "intermediate_multiple_non_gated", None)

@@ -32,6 +32,7 @@ _CONTRACT_MODULES = (
     "subjects.mxfp4_moe",
     "subjects.fp8_moe",
     "subjects.fp8_tensor_moe",
+    "subjects.mxfp8_linear",
     "subjects.moe_sharding",
     "subjects.vllm.subject",
     "subjects.sglang.subject",

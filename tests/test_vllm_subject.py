@@ -53,7 +53,7 @@ ASM, TRITON = AiterLinearPath.ASM, AiterLinearPath.TRITON
 POLICY = VllmQwen3NextSharedExpert()
 
 
-FP8_CONTRACTS = {"fp8_moe", "fp8_tensor_moe"}
+FP8_CONTRACTS = {"fp8_moe", "fp8_tensor_moe", "mxfp8_linear"}
 """Contracts whose vLLM paths (``Fp8MoEMethod``'s loader and ``process_weights_after_loading``) are not adapted."""
 
 
