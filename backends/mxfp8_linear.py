@@ -4,7 +4,7 @@ vLLM 0.33.0 picks an MXFP8 linear kernel from ``_POSSIBLE_MXFP8_KERNELS[CUDA]``
 (``vllm/model_executor/kernels/linear/__init__.py``); three of them call FlashInfer's ``mm_mxfp8``
 (``vllm/model_executor/kernels/linear/mxfp8/flashinfer.py``), one record each. Every rule below was read in
 the installed sources, vLLM 0.33.0 and FlashInfer 0.7.4 (``flashinfer/gemm/gemm_base.py``), on 2026-12-04;
-no kernel was run (no Blackwell GPU here), so the records hold no kernel runner.
+no kernel has been run (mm_mxfp8 needs SM100+), so the records hold no kernel runner.
 
 Common to all three (FlashInfer 0.7.4 ``_check_mm_mxfp8_problem_size``, gemm_base.py:6646-6680): ``n >= 128``
 and ``k >= 128`` ("The output may contain NaN/Inf if the dimensions are too small"), E4M3 operands, uint8
@@ -48,7 +48,7 @@ class Mxfp8LinearRecord(BackendRecord):
 
     n_multiple: int
     k_multiple: int
-    kernel: None = None  # no kernel runner: mm_mxfp8 needs SM100+, none is run (see the module docstring)
+    kernel: None = None  # no kernel runner: mm_mxfp8 needs SM100+ and has not been run (module docstring)
 
     OPTIONAL: ClassVar[frozenset[str]] = BackendRecord.OPTIONAL | {"kernel"}
 
