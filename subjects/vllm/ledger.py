@@ -67,6 +67,12 @@ TRITON_STACKED = (
     "gpt-oss checkpoints take the other converter and pass; found by this suite, not reported upstream"
 )
 TRITON_SOURCE = "https://github.com/vllm-project/vllm/blob/v0.33.0/vllm/model_executor/layers/fused_moe/oracle/mxfp4.py"
+TRITON_STACKED_REACH = Reach.latent(
+    "TRITON's experts accept only SWIGLUOAI (gpt-oss, converted by "
+    "convert_gpt_oss_weight_to_mxfp4_moe_kernel_format); a stacked (SiLU) MXFP4 model is refused even "
+    "with --moe-backend triton"
+)
+"""Why the stacked-TRITON defect is latent (its entries: the properties' failures and the guard's at H = 64)."""
 MXFP4_ORACLE = "vllm.model_executor.layers.fused_moe.oracle.mxfp4"
 """The module of vLLM's MXFP4 MoE weight conversion (ledger entries' ``raised_in``)."""
 
@@ -245,11 +251,7 @@ VLLM_KNOWN_FAILURES: tuple[KnownFailure, ...] = (
             match=match,
             backend=Mxfp4MoeBackend.TRITON_SM90.value,
             check=check,
-            reach=Reach.latent(
-                "TRITON's experts accept only SWIGLUOAI (gpt-oss, converted by "
-                "convert_gpt_oss_weight_to_mxfp4_moe_kernel_format); a stacked (SiLU) MXFP4 model is refused even "
-                "with --moe-backend triton"
-            ),
+            reach=TRITON_STACKED_REACH,
             hardware=(Hardware.SM90,),
         )
         for check, match in (
@@ -268,11 +270,7 @@ VLLM_KNOWN_FAILURES: tuple[KnownFailure, ...] = (
         raises=AssertionError,
         match=r"holds \w+'s gate/up rows in gate;up order, but fc1_layout says g0,u0,g1,u1\b",
         backend=Mxfp4MoeBackend.TRITON_SM90.value,
-        reach=Reach.latent(
-            "TRITON's experts accept only SWIGLUOAI (gpt-oss, converted by "
-            "convert_gpt_oss_weight_to_mxfp4_moe_kernel_format); a stacked (SiLU) MXFP4 model is refused even "
-            "with --moe-backend triton"
-        ),
+        reach=TRITON_STACKED_REACH,
         hardware=(Hardware.SM90,),
     ),
     KnownFailure(
