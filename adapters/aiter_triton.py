@@ -48,6 +48,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from types import ModuleType
+from typing import TypeVar
 
 import torch
 
@@ -66,6 +67,7 @@ QUANT = ("aiter.ops.triton.quant", "aiter.ops.triton.quant.quant")
 GEMM = ("aiter.ops.triton.gemm.basic.gemm_afp4wfp4", "aiter.ops.triton.gemm_afp4wfp4")
 MOE = ("aiter.ops.triton.moe.moe_op_mxfp4", "aiter.ops.triton.moe_op_mxfp4")
 MOE_ALIGN = ("aiter.ops.triton.moe.moe_align_block_size", "aiter.ops.triton.moe_align_block_size")
+MOE_FP8 = ("aiter.ops.triton.moe.moe_op", "aiter.ops.triton.moe_op")
 ARCH_INFO = ("aiter.ops.triton.utils._triton.arch_info",)
 SHUFFLE = ("aiter.ops.shuffle",)
 FP4_UTILS = ("aiter.utility.fp4_utils",)
@@ -256,6 +258,24 @@ class Mxfp4Device:
     packed: torch.Tensor
     scales: torch.Tensor
 
+    def cpu(self) -> tuple[torch.Tensor, torch.Tensor]:
+        """``(packed, scales)`` on the CPU, the scales made contiguous."""
+        return self.packed.cpu(), self.scales.contiguous().cpu()
+
+
+@dataclass(frozen=True)
+class Fp8Device:
+    """A block-FP8 activation on the GPU, quantized per token in 1x128 groups (vLLM's
+    ``per_token_group_quant_fp8``): E4M3 ``codes [M, K]`` (``torch.float8_e4m3fn``) and fp32 decode
+    ``scales [M, ceil(K/128)]``."""
+
+    codes: torch.Tensor
+    scales: torch.Tensor
+
+    def cpu(self) -> tuple[torch.Tensor, torch.Tensor]:
+        """``(codes as uint8 bytes, scales)`` on the CPU."""
+        return self.codes.view(torch.uint8).cpu(), self.scales.contiguous().cpu()
+
 
 def dynamic_mxfp4_quant(x: torch.Tensor) -> Mxfp4Device:
     """AITER ``dynamic_mxfp4_quant(x)`` (Triton, scale rounding "even") on a CUDA bf16 ``x [M, K]``.
@@ -406,9 +426,10 @@ def _triton_bf16():
 class TritonMoeRun:
     """Every stage of one MoE forward through AITER's Triton kernels (CPU copies).
 
-    ``x_q``: stage-1 activation ``[T, Hp/2]`` / ``[T, Hp/32]``; ``fc1``: bf16 ``[T·k, 2·Ip]`` (slot
-    ``t·k + j``); ``act``: bf16 ``[T·k, Ip]`` (SiLU(gate)·up); ``act_q``: its MXFP4 quantization;
-    ``fc2``: bf16 ``[T·k, Hp]``, already times the routing weight; ``out``: fp32 ``[T, Hp]``.
+    Quantized tensors are ``(codes, scales)`` pairs (:meth:`Mxfp4Device.cpu`, :meth:`Fp8Device.cpu`).
+    ``x_q``: the stage-1 activation (MXFP4 ``[T, Hp/2]`` / ``[T, Hp/32]``, FP8 ``[T, Hp]`` / ``[T, Hp/128]``);
+    ``fc1``: bf16 ``[T·k, 2·Ip]`` (slot ``t·k + j``); ``act``: bf16 ``[T·k, Ip]`` (SiLU(gate)·up); ``act_q``: its
+    quantization; ``fc2``: bf16 ``[T·k, Hp]``, already times the routing weight; ``out``: fp32 ``[T, Hp]``.
     """
 
     x_q: tuple[torch.Tensor, torch.Tensor]
@@ -417,6 +438,45 @@ class TritonMoeRun:
     act_q: tuple[torch.Tensor, torch.Tensor]
     fc2: torch.Tensor
     out: torch.Tensor
+
+
+QuantizedAct = TypeVar("QuantizedAct", Mxfp4Device, Fp8Device)
+ExpertGemm = Callable[
+    [QuantizedAct, torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor, SortedTokens, int, bool], torch.Tensor
+]
+"""One expert GEMM of a fused MoE: ``(act, weight, weight_scale, topk_weights, topk_ids, sorted_tokens, top_k,
+mul_routed_weight) -> bf16 [A, top_k, N]`` (:func:`fused_moe_mxfp4`, :func:`fused_moe_fp8_block`)."""
+
+
+def _silu_gated_moe(
+    gemm: ExpertGemm,
+    quantize: Callable[[torch.Tensor], QuantizedAct],
+    block_m: int,
+    w13: torch.Tensor,
+    w13_scale: torch.Tensor,
+    w2: torch.Tensor,
+    w2_scale: torch.Tensor,
+    x: torch.Tensor,
+    topk_weights: torch.Tensor,
+    topk_ids: torch.Tensor,
+) -> TritonMoeRun:
+    """A SiLU-gated MoE composed the way vLLM's ``fused_experts`` composes its Triton MoE kernel: quantize
+    ``x``; ``moe_align_block_size_triton`` (block ``block_m``, the GEMMs' ``BLOCK_SIZE_M``); FC1 over ``[gate; up]``
+    rows ``[E, 2·Ip, ...]``; SiLU(first half) · second half in fp32, rounded to bf16; quantize; FC2 with
+    ``top_k = 1`` over the ``T·k`` slots, times the routing weight; sum over the top-k slots in fp32."""
+    require_cuda()
+    dev = x.device
+    t, k = topk_ids.shape
+    ids = topk_ids.to(dev, torch.int32).contiguous()
+    sorted_tokens = moe_align_block_size(ids, w13.shape[0], block_m)
+    xq = quantize(x.to(dev, torch.bfloat16).contiguous())
+    fc1 = gemm(xq, w13, w13_scale, topk_weights, ids, sorted_tokens, k, False).view(t * k, -1)
+    gate, up = fc1.float().chunk(2, dim=-1)
+    act = (torch.nn.functional.silu(gate) * up).to(torch.bfloat16)
+    aq = quantize(act)
+    fc2 = gemm(aq, w2, w2_scale, topk_weights, ids, sorted_tokens, 1, True).view(t * k, -1)
+    out = fc2.float().view(t, k, -1).sum(1)
+    return TritonMoeRun(xq.cpu(), fc1.cpu(), act.cpu(), aq.cpu(), fc2.cpu(), out.cpu())
 
 
 def mxfp4_moe(
@@ -429,30 +489,109 @@ def mxfp4_moe(
     topk_ids: torch.Tensor,
     quantize: Callable[[torch.Tensor], Mxfp4Device] | None = None,
 ) -> TritonMoeRun:
-    """A SiLU-gated MXFP4 MoE composed from AITER's Triton kernels the way vLLM's ``fused_experts``
-    composes its Triton MoE kernel: quantize ``x``; ``moe_align_block_size_triton``;
-    ``fused_moe_mxfp4`` FC1 (``[gate; up]`` rows ``[E, 2·Ip, Hp/2]``); SiLU(first half) · second half in
-    fp32, rounded to bf16; quantize; ``fused_moe_mxfp4`` FC2 (``[E, Hp, Ip/2]``, ``top_k = 1``, times
-    the routing weight); sum over the top-k slots in fp32. ``quantize`` is AITER's
-    ``dynamic_mxfp4_quant`` unless given (on CUDA its scale bytes are wrong for negative exponents).
+    """A SiLU-gated MXFP4 MoE from AITER's Triton kernels (:func:`_silu_gated_moe` over
+    :func:`fused_moe_mxfp4`): FC1 ``[E, 2·Ip, Hp/2]``, FC2 ``[E, Hp, Ip/2]``, scales ``[E, N, K/32]``.
+    ``quantize`` is AITER's ``dynamic_mxfp4_quant`` unless given (on CUDA its scale bytes are wrong for
+    negative exponents). ``x [T, Hp]`` (zero-padded by the caller, on the GPU), ``topk_weights`` / ``topk_ids``
+    ``[T, k]``."""
+    return _silu_gated_moe(
+        fused_moe_mxfp4,
+        quantize or dynamic_mxfp4_quant,
+        MOE_CONFIG["BLOCK_SIZE_M"],
+        w13,
+        w13_scale,
+        w2,
+        w2_scale,
+        x,
+        topk_weights,
+        topk_ids,
+    )
 
-    ``x [T, Hp]`` (zero-padded by the caller, on the GPU), ``topk_weights`` / ``topk_ids`` ``[T, k]``.
-    """
-    quantize = quantize or dynamic_mxfp4_quant
+
+# --- block-FP8 MoE: AITER's port of vLLM's fused_moe_kernel ------------------------------------------
+
+FP8_BLOCK_SHAPE = (128, 128)
+"""``block_shape = [block_n, block_k]`` of DeepSeek-V3-style weight scales."""
+FP8_MOE_CONFIG = {"BLOCK_SIZE_M": 16, "BLOCK_SIZE_N": 64, "BLOCK_SIZE_K": 128, "GROUP_SIZE_M": 1, "num_warps": 4}
+"""Tile config of ``fused_moe`` for block FP8: vLLM 0.33.0's ``get_default_config`` on CUDA for
+``fp8_w8a8`` with a block shape at ``M <= 8`` (``BLOCK_SIZE_M`` 16, ``BLOCK_SIZE_N`` 64, ``BLOCK_SIZE_K``
+``block_k``; ``vllm/model_executor/layers/fused_moe/fused_moe.py``), stages left to Triton's default."""
+
+
+def fused_moe_fp8_block(
+    act: Fp8Device,
+    weight: torch.Tensor,
+    weight_scale: torch.Tensor,
+    topk_weights: torch.Tensor,
+    topk_ids: torch.Tensor,
+    sorted_tokens: SortedTokens,
+    top_k: int,
+    mul_routed_weight: bool,
+) -> torch.Tensor:
+    """One block-FP8 expert GEMM of AITER's ``fused_moe`` (``use_fp8_w8a8``, ``block_shape = [128, 128]``).
+
+    AITER's ``_fused_moe_kernel`` ("MoE Kernel adapted from VLLM", ``aiter/ops/triton/moe_op.py``) reads the
+    block scales as vLLM 0.33.0's ``fused_moe_kernel`` does (``fused_moe.py`` lines 486-491 and 540-550):
+    output column ``n`` of a ``BLOCK_SIZE_K``-wide K tile starting at ``k0`` is scaled by
+    ``a_scale[token, k0 // 128] · b_scale[expert, n // 128, k0 // 128]`` after an fp32 ``tl.dot`` of the
+    tile's E4M3 codes. ``act``: ``[A, K]`` with ``A = T`` (read once per top-k slot) or ``T·k``
+    (``top_k = 1``); ``weight``: E4M3 bytes ``[E, N, K]``; ``weight_scale``: fp32 ``[E, ceil(N/128),
+    ceil(K/128)]`` (the wrapper asserts those counts). Returns bf16 ``[A, top_k, N]``; slots not routed stay
+    zero."""
     require_cuda()
-    dev = x.device
-    t, k = topk_ids.shape
-    ids = topk_ids.to(dev, torch.int32).contiguous()
-    sorted_tokens = moe_align_block_size(ids, w13.shape[0], MOE_CONFIG["BLOCK_SIZE_M"])
-    xq = quantize(x.to(dev, torch.bfloat16).contiguous())
-    fc1 = fused_moe_mxfp4(xq, w13, w13_scale, topk_weights, ids, sorted_tokens, k, False).view(t * k, -1)
-    gate, up = fc1.float().chunk(2, dim=-1)
-    act = (torch.nn.functional.silu(gate) * up).to(torch.bfloat16)
-    aq = quantize(act)
-    fc2 = fused_moe_mxfp4(aq, w2, w2_scale, topk_weights, ids, sorted_tokens, 1, True).view(t * k, -1)
-    out = fc2.float().view(t, k, -1).sum(1)
+    device = act.codes.device
+    n = weight.shape[1]
+    out = torch.zeros(act.codes.shape[0], top_k, n, dtype=torch.bfloat16, device=device)
+    launch(
+        "fused_moe (block FP8)",
+        cuda_module(MOE_FP8).fused_moe,
+        act.codes,
+        weight.to(device).contiguous().view(torch.float8_e4m3fn),
+        out,
+        act.scales,
+        weight_scale.to(device, torch.float32).contiguous(),
+        None,
+        topk_weights.to(device, torch.float32).contiguous(),
+        topk_ids,
+        sorted_tokens.sorted_ids,
+        sorted_tokens.expert_ids,
+        sorted_tokens.num_post_padded,
+        mul_routed_weight,
+        top_k,
+        _triton_bf16(),
+        True,
+        False,
+        False,
+        list(FP8_BLOCK_SHAPE),
+        dict(FP8_MOE_CONFIG),
+    )
+    return out
 
-    def cpu(q: Mxfp4Device) -> tuple[torch.Tensor, torch.Tensor]:
-        return q.packed.cpu(), q.scales.contiguous().cpu()
 
-    return TritonMoeRun(cpu(xq), fc1.cpu(), act.cpu(), cpu(aq), fc2.cpu(), out.cpu())
+def fp8_block_moe(
+    w13: torch.Tensor,
+    w13_scale: torch.Tensor,
+    w2: torch.Tensor,
+    w2_scale: torch.Tensor,
+    x: torch.Tensor,
+    topk_weights: torch.Tensor,
+    topk_ids: torch.Tensor,
+    quantize: Callable[[torch.Tensor], Fp8Device],
+) -> TritonMoeRun:
+    """A SiLU-gated block-FP8 MoE from AITER's Triton kernels (:func:`_silu_gated_moe` over
+    :func:`fused_moe_fp8_block`): FC1 E4M3 ``[E, 2·Ip, Hp]`` with scales ``[E, 2·Ip/128, ceil(Hp/128)]``, FC2
+    ``[E, Hp, Ip]`` with ``[E, ceil(Hp/128), ceil(Ip/128)]``. ``quantize`` is the per-token 1x128-group
+    activation quantizer (amd-aiter 0.1.7 ships none; vLLM's is its own ``per_token_group_quant_fp8``).
+    ``x [T, Hp]`` (zero-padded by the caller, on the GPU), ``topk_weights`` / ``topk_ids`` ``[T, k]``."""
+    return _silu_gated_moe(
+        fused_moe_fp8_block,
+        quantize,
+        FP8_MOE_CONFIG["BLOCK_SIZE_M"],
+        w13,
+        w13_scale,
+        w2,
+        w2_scale,
+        x,
+        topk_weights,
+        topk_ids,
+    )

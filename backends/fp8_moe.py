@@ -24,6 +24,8 @@ from __future__ import annotations
 
 import enum
 
+import torch
+
 from backends import register
 from backends.moe import MoeBackendRecord
 from contracts.moe import FP8_MOE
@@ -67,6 +69,29 @@ def triton_fp8_block_violations(intermediate: int, hidden: int) -> list[str]:
             f"block_n = {FP8_BLOCK} (vLLM validate_fp8_block_shape_moe)"
         ]
     return []
+
+
+TRITON_FP8_ON_CUDA = ("aiter_triton",)
+"""Markers of the Triton block-FP8 kernel property (``conformance/test_fp8_moe_triton_kernel.py``): an NVIDIA GPU
+and amd-aiter, whose Triton ``fused_moe`` is a port of vLLM's ``fused_moe_kernel`` with the same block-scale
+indexing (:func:`adapters.aiter_triton.fused_moe_fp8_block`)."""
+
+HOPPER_FP8_MMA_ERROR = 2.0**-10
+"""Per 128-wide K tile, the error of the FP8 ``tl.dot`` relative to the tile's ``Σ |a·b|``. E4M3 x E4M3 products
+are exact (4-bit significands), but Hopper's FP8 tensor cores keep only about 14 bits of the running sum
+(DeepSeek-V3 Technical Report, arXiv:2412.19437, §3.3.2, "Increasing Accumulation Precision"): each of the
+tile's 128 / 32 = 4 MMA k-steps may truncate at most ``2^-12`` of the magnitude added so far, ``4 · 2^-12``. The
+kernel then leaves the tensor core every tile, as DeepSeek's promotion does: the tile's sum is scaled in fp32
+and added to an fp32 accumulator."""
+
+
+def triton_fp8_block_tolerance(exact: torch.Tensor, magnitude: torch.Tensor, k: int) -> torch.Tensor:
+    """Per-element bound of one block-FP8 GEMM of the Triton kernel against the exact product of its dequantized
+    inputs (``exact``, ``magnitude = Σ |a·b|``, reduction length ``k``):
+    ``2^-8 |exact|`` (the bf16 output, round to nearest) ``+ (HOPPER_FP8_MMA_ERROR + 3 · ceil(k/128) · 2^-24) ·
+    magnitude`` (the tensor core per tile; per tile two fp32 scale multiplies and one fp32 add)."""
+    tiles = -(-k // FP8_BLOCK)
+    return 2.0**-8 * exact.abs() + (HOPPER_FP8_MMA_ERROR + 3 * tiles * 2.0**-24) * magnitude
 
 
 RECORDS = (

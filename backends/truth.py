@@ -16,6 +16,7 @@ from pathlib import Path
 
 from adapters import triton_kernels as tk
 from backends import record
+from backends.fp8_moe import Fp8MoeBackend
 from backends.mxfp4_linear import AiterLinearPath
 from backends.mxfp4_moe import Mxfp4MoeBackend
 
@@ -52,9 +53,16 @@ def _aiter_triton(point: Point) -> list[str]:
     return [] if record(AiterLinearPath.TRITON).accepts(shape) else [f"aiter-triton does not accept scale {shape}"]
 
 
+def _triton_fp8_block(point: Point) -> list[str]:
+    """A block-FP8 MoE point (``intermediate``, ``hidden``: a SiLU-gated layer handed over unpadded) through the
+    ``triton-fp8-block`` record."""
+    return record(Fp8MoeBackend.TRITON).violations(int(point["intermediate"]), int(point["hidden"]), True, 2)
+
+
 ORACLES: dict[str, Callable[[Point], list[str]]] = {
     Mxfp4MoeBackend.TRITON_SM90.value: _triton_sm90,
     AiterLinearPath.TRITON.value: _aiter_triton,
+    Fp8MoeBackend.TRITON.value: _triton_fp8_block,
 }
 """Per kernel, its record's violations for one measured point (empty: the record calls it fine)."""
 

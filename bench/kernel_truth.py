@@ -38,7 +38,9 @@ import torch
 from adapters import aiter_triton, matmul_ogs
 from backends import record
 from backends.mxfp4_linear import AiterLinearPath
+from conformance.moe_checks import fp8_block_moe_stages
 from contracts.errors import LibraryUnavailable
+from contracts.moe import MoeWeights
 from reference.formats import (
     MXFP4_BLOCK,
     MxScaleRounding,
@@ -48,7 +50,10 @@ from reference.formats import (
     mxfp4_dequantize,
     mxfp4_quantize,
 )
+from reference.fp8 import FP8_BLOCK, fp8_block_quantize, fp8_token_group_quantize
+from reference.layouts import Fc1Layout
 from reference.linear import exact_matmul
+from reference.moe import route
 from strategies.tensors import SCALE_BYTES, random_bytes
 
 GEMM_TOLERANCE = 2.0
@@ -74,10 +79,10 @@ def classify(run: Callable[[], tuple[torch.Tensor, torch.Tensor, torch.Tensor]],
         lines = [line.strip() for line in str(exc).splitlines() if line.strip().strip("^~")]
         message = next((line for line in lines if "assert" in line.lower()), lines[0] if lines else "")
         return {"outcome": "loud", "error_type": type(exc).__name__, "message": message[:300]}
-    got = got.cpu().float()
+    got = got.cpu().double()
     if not bool(torch.isfinite(got).all()):
         return {"outcome": "silent", "error": math.inf}
-    ratio = (got - want).abs() / (2.0**-8 * magnitude).clamp_min(torch.finfo(torch.float32).tiny)
+    ratio = (got - want.double()).abs() / (2.0**-8 * magnitude.double()).clamp_min(torch.finfo(torch.float32).tiny)
     error = float(ratio.max())
     return {"outcome": "correct" if error <= tolerance else "silent", "error": round(error, 4)}
 
@@ -143,6 +148,53 @@ def aiter_points() -> list[dict]:
     return [aiter_point(n, k, m) for m in AITER_TOKENS for n in AITER_SIZES for k in AITER_SIZES]
 
 
+FP8_INTERMEDIATE = (32, 48, 64, 80, 96, 112, 128, 144, 160, 176, 192, 208, 240, 256, 320, 352, 384, 640, 704)
+"""Per-rank ``I`` of the block-FP8 sweep: whole 128-tiles, and partial last tiles of every kind: ``I mod 128`` at
+most 64 (the fused ``[gate; up]`` rows keep ``ceil(2I/128) = 2·ceil(I/128)`` scale rows) and above 64 (one fewer);
+80 is Qwen3.8-Flash-Next at TP=8 (vLLM #54178), 176 and 352 Gemma-4-26B-A4B at TP=4 and 2, 704 Gemma-4 FP8's
+padded size (vLLM PR #55251)."""
+FP8_HIDDEN = (128, 320, 2880)
+"""``H`` of the block-FP8 sweep: one tile, a partial last tile, gpt-oss's 2880 (22.5 tiles)."""
+
+
+def fp8_block_point(intermediate: int, hidden: int, seed: int = 0) -> dict:
+    """One block-FP8 MoE point: a SiLU-gated layer of :data:`EXPERTS` experts (top-2, :data:`TOKENS` tokens) whose
+    ``I`` and ``H`` are handed to the kernel as they are, each gate/up half with its own 128x128 tiles as the
+    checkpoint stores them (``w13_scale [E, 2·ceil(I/128), ceil(H/128)]``), through
+    :func:`adapters.aiter_triton.fp8_block_moe`; every element of both GEMMs against its bound
+    (:func:`conformance.moe_checks.fp8_block_moe_stages`, so 1 means within it)."""
+    g = torch.Generator().manual_seed(seed)
+    halves = [fp8_block_quantize(torch.randn(EXPERTS, intermediate, hidden, generator=g)) for _ in range(2)]
+    down = fp8_block_quantize(torch.randn(EXPERTS, hidden, intermediate, generator=g))
+    w = MoeWeights(
+        torch.cat([q.codes for q in halves], 1),
+        torch.cat([q.scales for q in halves], 1),
+        down.codes,
+        down.scales,
+        FP8_BLOCK,
+        Fc1Layout.GATE_UP,
+    )
+    x = torch.randn(TOKENS, hidden, generator=g).to(torch.bfloat16)
+    routing, ids = route(torch.randn(TOKENS, EXPERTS, generator=g), EXPERTS)
+
+    def quantize(a: torch.Tensor) -> aiter_triton.Fp8Device:
+        q = fp8_token_group_quantize(a.float().cpu())
+        return aiter_triton.Fp8Device(q.codes.view(torch.float8_e4m3fn).cuda(), q.scales.cuda())
+
+    def run() -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        moe = aiter_triton.fp8_block_moe(w.w13, w.w13_scale, w.w2, w.w2_scale, x.cuda(), routing, ids.cuda(), quantize)
+        stages = fp8_block_moe_stages(moe, w, routing, ids)
+        flat = [torch.cat([getattr(st, f).flatten().double() for st in stages]) for f in ("got", "exact", "tolerance")]
+        return flat[0], flat[1], flat[2] * 2.0**8  # classify() divides by 2^-8 · magnitude: the bound itself
+
+    return {"intermediate": intermediate, "hidden": hidden, **classify(run, 1.0)}
+
+
+def fp8_block_points() -> list[dict]:
+    """The block-FP8 sweep: every ``I`` of :data:`FP8_INTERMEDIATE` at every ``H`` of :data:`FP8_HIDDEN`."""
+    return [fp8_block_point(i, h) for h in FP8_HIDDEN for i in FP8_INTERMEDIATE]
+
+
 def versions() -> dict[str, str]:
     """Versions of what ran: Python, torch, CUDA, Triton, and where triton_kernels came from."""
     import triton
@@ -162,9 +214,15 @@ def versions() -> dict[str, str]:
     return found
 
 
-KERNELS = {"triton-kernels-sm90": (gemm_points, GEMM_TOLERANCE), "aiter-triton": (aiter_points, 1.0)}
+KERNELS = {
+    "triton-kernels-sm90": (gemm_points, GEMM_TOLERANCE),
+    "aiter-triton": (aiter_points, 1.0),
+    "triton-fp8-block": (fp8_block_points, 1.0),
+}
 """Kernels this command can sweep, by their backend record's name: the sweep and its tolerance (units of
-``2^-8`` magnitude; AITER's points are judged by its record's own per-element bound, so 1 means within it)."""
+``2^-8`` magnitude; AITER's and the block-FP8 points are judged by their records' own per-element bounds, so 1
+means within it). ``triton-fp8-block`` runs AITER's port of vLLM's Triton kernel (same block-scale indexing,
+:func:`adapters.aiter_triton.fused_moe_fp8_block`)."""
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -14,6 +14,8 @@ from dataclasses import dataclass
 import torch
 from hypothesis import currently_in_test_context, reject
 
+from adapters.aiter_triton import TritonMoeRun
+from backends.fp8_moe import triton_fp8_block_tolerance
 from contracts.errors import CheckpointNotServed, UnsupportedConfig
 from contracts.moe import (
     AlignedMoe,
@@ -28,6 +30,7 @@ from contracts.moe import (
 from harness.properties import record_event
 from reference.errors import NanEncodingError
 from reference.formats import NVFP4_BLOCK, fp4_bytes_zero, scale_bytes_finite
+from reference.fp8 import Fp8Quantized, fp8_block_dequantize, fp8_token_group_dequantize
 from reference.layouts import Fc1Layout, split_fc1
 
 TENSORS = ("w13", "w13_scale", "w2", "w2_scale", "w13_bias", "w2_bias")
@@ -186,3 +189,35 @@ def normalized_error(got: torch.Tensor, want: torch.Tensor, scale: torch.Tensor)
     exact = torch.where(diff > 0, math.inf, 0.0)
     ratio = torch.where(scale > 0, diff / scale.clamp_min(torch.finfo(torch.float32).tiny), exact)
     return float(ratio.max()) if ratio.numel() else 0.0
+
+
+@dataclass(frozen=True)
+class GemmStage:
+    """One GEMM of a composed MoE run: its output ``got``, the exact product of its own dequantized inputs (fp64)
+    and the per-element bound of its kernel."""
+
+    name: str
+    got: torch.Tensor
+    exact: torch.Tensor
+    tolerance: torch.Tensor
+
+
+def fp8_block_moe_stages(
+    run: TritonMoeRun, w: MoeWeights, routing: torch.Tensor, ids: torch.Tensor
+) -> tuple[GemmStage, GemmStage]:
+    """The two GEMMs of a block-FP8 MoE run (:func:`adapters.aiter_triton.fp8_block_moe`) on experts ``w``: slot
+    ``s = t·k + j`` reads token ``t`` and expert ``ids[t, j]``. FC1: ``x_q[t] · W13[e]^T`` ``[T·k, 2·Ip]``; FC2:
+    ``act_q[s] · W2[e]^T · routing[t, j]`` ``[T·k, Hp]``; bounds :func:`backends.fp8_moe.triton_fp8_block_tolerance`
+    (FC2 plus ``2^-23 |exact|`` for the fp32 multiply by the routing weight)."""
+    k, slots = ids.shape[1], ids.reshape(-1)
+    xa = fp8_token_group_dequantize(Fp8Quantized(*run.x_q)).double().repeat_interleave(k, 0)
+    w1 = fp8_block_dequantize(Fp8Quantized(w.w13, w.w13_scale)).double()[slots]
+    exact1 = torch.einsum("sh,snh->sn", xa, w1)
+    tol1 = triton_fp8_block_tolerance(exact1, torch.einsum("sh,snh->sn", xa.abs(), w1.abs()), xa.shape[-1])
+    aa = fp8_token_group_dequantize(Fp8Quantized(*run.act_q)).double()
+    w2 = fp8_block_dequantize(Fp8Quantized(w.w2, w.w2_scale)).double()[slots]
+    weight = routing.double().reshape(-1, 1)
+    exact2 = torch.einsum("si,shi->sh", aa, w2) * weight
+    mag2 = torch.einsum("si,shi->sh", aa.abs(), w2.abs()) * weight
+    tol2 = triton_fp8_block_tolerance(exact2, mag2, aa.shape[-1]) + 2.0**-23 * exact2.abs()
+    return GemmStage("FC1", run.fc1, exact1, tol1), GemmStage("FC2 (times the routing weight)", run.fc2, exact2, tol2)

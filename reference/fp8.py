@@ -81,6 +81,21 @@ def fp8_block_dequantize(q: Fp8Quantized, block: int = FP8_BLOCK) -> torch.Tenso
     return e4m3_decode(q.codes) * expand_block_scales(q.scales.float(), n, k, block)
 
 
+def fp8_token_group_quantize(x: torch.Tensor, group: int = FP8_BLOCK) -> Fp8Quantized:
+    """Quantize activations ``x [M, K]`` per token in ``1 x group`` groups along K (DeepSeek-V3's activation
+    tiles; vLLM's ``per_token_group_quant_fp8``): per group ``s = amax / 448`` (1.0 for an all-zero group),
+    codes ``e4m3(x / s)``. Returns codes ``[M, K]`` and fp32 scales ``[M, ceil(K/group)]``; each row is
+    :func:`fp8_block_quantize` of a ``[1, K]`` weight, whose one tile row covers one token."""
+    require(x.dim() == 2, f"token-group quantization takes [M, K] activations, got {tuple(x.shape)}")
+    q = fp8_block_quantize(x.unsqueeze(-2), group)
+    return Fp8Quantized(q.codes.squeeze(-2), q.scales.squeeze(-2))
+
+
+def fp8_token_group_dequantize(q: Fp8Quantized, group: int = FP8_BLOCK) -> torch.Tensor:
+    """fp32 ``e4m3(codes[m, k]) · scales[m, k // group]`` of :func:`fp8_token_group_quantize`'s output."""
+    return fp8_block_dequantize(Fp8Quantized(q.codes.unsqueeze(-2), q.scales.unsqueeze(-2)), group).squeeze(-2)
+
+
 def fp8_tensor_quantize(w: torch.Tensor) -> Fp8Quantized:
     """Per-tensor quantization: one fp32 scale ``s = amax(w) / 448`` (1.0 for all zeros), codes ``e4m3(w / s)``."""
     w = w.float()

@@ -28,6 +28,8 @@ from reference.fp8 import (
     fp8_block_quantize,
     fp8_tensor_dequantize,
     fp8_tensor_quantize,
+    fp8_token_group_dequantize,
+    fp8_token_group_quantize,
 )
 
 ALL_BYTES = torch.arange(256).to(torch.uint8)
@@ -100,6 +102,23 @@ def test_block_quantize_matches_torch_and_ml_dtypes(n: int, k: int, seed: int, l
     assert torch.equal(q.codes, want), "codes differ from ml_dtypes' cast"
     torch_deq = q.codes.view(torch.float8_e4m3fn).float() * expand_block_scales(q.scales, n, k)
     assert torch.equal(bits(fp8_block_dequantize(q)), bits(torch_deq)), "dequantization differs from torch's"
+
+
+@given(m=st.integers(1, 9), k=st.integers(1, 400), seed=st.integers(0, 2**16), log_range=st.integers(-12, 12))
+def test_token_group_quantize_matches_torch(m: int, k: int, seed: int, log_range: int) -> None:
+    """Activation groups are 1 x 128 per token: scale ``amax / 448`` of each token's group, codes torch's cast."""
+    x = torch.randn(m, k, generator=torch.Generator().manual_seed(seed)) * 2.0**log_range
+    x[0, : min(k, FP8_BLOCK)] = 0  # an all-zero group: scale 1.0
+    q = fp8_token_group_quantize(x)
+    groups = -(-k // FP8_BLOCK)
+    padded = torch.zeros(m, groups * FP8_BLOCK)
+    padded[:, :k] = x
+    amax = padded.view(m, groups, FP8_BLOCK).abs().amax(-1)
+    assert torch.equal(q.scales, torch.where(amax > 0, amax / E4M3_MAX, 1.0)), "scale is not the group amax / 448"
+    per_element = q.scales.repeat_interleave(FP8_BLOCK, -1)[:, :k]
+    assert torch.equal(q.codes, (x / per_element).to(torch.float8_e4m3fn).view(torch.uint8))
+    torch_deq = q.codes.view(torch.float8_e4m3fn).float() * per_element
+    assert torch.equal(bits(fp8_token_group_dequantize(q)), bits(torch_deq))
 
 
 @given(seed=st.integers(0, 2**16), log_range=st.integers(-12, 12))
