@@ -78,6 +78,8 @@ def classify(run: Callable[[], tuple[torch.Tensor, torch.Tensor, torch.Tensor]],
     except Exception as exc:  # noqa: BLE001 - every library error is a loud refusal, recorded by type
         lines = [line.strip() for line in str(exc).splitlines() if line.strip().strip("^~")]
         message = next((line for line in lines if "assert" in line.lower()), lines[0] if lines else "")
+        if not message:  # a bare ``assert``: the failing source line
+            message = (traceback.extract_tb(exc.__traceback__)[-1].line or "").strip()
         return {"outcome": "loud", "error_type": type(exc).__name__, "message": message[:300]}
     got = got.cpu().double()
     if not bool(torch.isfinite(got).all()):
@@ -149,8 +151,9 @@ def aiter_points() -> list[dict]:
 
 
 FP8_INTERMEDIATE = (32, 48, 64, 80, 96, 112, 128, 144, 160, 176, 192, 208, 240, 256, 320, 352, 384, 640, 704)
-"""Per-rank ``I`` of the block-FP8 sweep: whole 128-tiles, and partial last tiles of every kind: ``I mod 128`` at
-most 64 (the fused ``[gate; up]`` rows keep ``ceil(2I/128) = 2·ceil(I/128)`` scale rows) and above 64 (one fewer);
+"""Per-rank ``I`` of the block-FP8 sweep: whole 128-tiles, and partial last tiles of both kinds: ``I mod 128`` at
+most 64 (the fused ``[gate; up]`` rows span ``ceil(2I/128) = 2·ceil(I/128) - 1`` tile rows, one fewer than the
+checkpoint's per-half scale rows) and above 64 (as many, but the up half starts inside a gate tile);
 80 is Qwen3.8-Flash-Next at TP=8 (vLLM #54178), 176 and 352 Gemma-4-26B-A4B at TP=4 and 2, 704 Gemma-4 FP8's
 padded size (vLLM PR #55251)."""
 FP8_HIDDEN = (128, 320, 2880)

@@ -30,8 +30,9 @@ from contracts.moe import (
 from harness.properties import record_event
 from reference.errors import NanEncodingError
 from reference.formats import NVFP4_BLOCK, fp4_bytes_zero, scale_bytes_finite
-from reference.fp8 import Fp8Quantized, fp8_block_dequantize, fp8_token_group_dequantize
+from reference.fp8 import Fp8Quantized, fp8_token_group_dequantize
 from reference.layouts import Fc1Layout, split_fc1
+from strategies.tensors import dequantize_moe
 
 TENSORS = ("w13", "w13_scale", "w2", "w2_scale", "w13_bias", "w2_bias")
 
@@ -207,15 +208,17 @@ def fp8_block_moe_stages(
 ) -> tuple[GemmStage, GemmStage]:
     """The two GEMMs of a block-FP8 MoE run (:func:`adapters.aiter_triton.fp8_block_moe`) on experts ``w``: slot
     ``s = t·k + j`` reads token ``t`` and expert ``ids[t, j]``. FC1: ``x_q[t] · W13[e]^T`` ``[T·k, 2·Ip]``; FC2:
-    ``act_q[s] · W2[e]^T · routing[t, j]`` ``[T·k, Hp]``; bounds :func:`backends.fp8_moe.triton_fp8_block_tolerance`
+    ``act_q[s] · W2[e]^T · routing[t, j]`` ``[T·k, Hp]``, the experts dequantized by
+    :func:`strategies.tensors.dequantize_moe` (each gate/up half on its own tiles, as the checkpoint stores them);
+    bounds :func:`backends.fp8_moe.triton_fp8_block_tolerance`
     (FC2 plus ``2^-23 |exact|`` for the fp32 multiply by the routing weight)."""
     k, slots = ids.shape[1], ids.reshape(-1)
+    ones = torch.ones(w.w13.shape[0])
+    w13, w2 = (t.double()[slots] for t in dequantize_moe(w, ones, ones))  # each FC1 half on its own tiles
     xa = fp8_token_group_dequantize(Fp8Quantized(*run.x_q)).double().repeat_interleave(k, 0)
-    w1 = fp8_block_dequantize(Fp8Quantized(w.w13, w.w13_scale)).double()[slots]
-    exact1 = torch.einsum("sh,snh->sn", xa, w1)
-    tol1 = triton_fp8_block_tolerance(exact1, torch.einsum("sh,snh->sn", xa.abs(), w1.abs()), xa.shape[-1])
+    exact1 = torch.einsum("sh,snh->sn", xa, w13)
+    tol1 = triton_fp8_block_tolerance(exact1, torch.einsum("sh,snh->sn", xa.abs(), w13.abs()), xa.shape[-1])
     aa = fp8_token_group_dequantize(Fp8Quantized(*run.act_q)).double()
-    w2 = fp8_block_dequantize(Fp8Quantized(w.w2, w.w2_scale)).double()[slots]
     weight = routing.double().reshape(-1, 1)
     exact2 = torch.einsum("si,shi->sh", aa, w2) * weight
     mag2 = torch.einsum("si,shi->sh", aa.abs(), w2.abs()) * weight

@@ -44,8 +44,8 @@ status=0
 "$py" -m pytest -n auto conformance --results "$results/conformance" \
   --junitxml "$results/conformance/junit.xml" || status=$?
 case "$hw" in
-  sm90) kernels=(triton-kernels-sm90 aiter-triton) ;;
-  sm100) kernels=(aiter-triton) ;;
+  sm90) kernels=(triton-kernels-sm90 aiter-triton triton-fp8-block) ;;
+  sm100) kernels=(aiter-triton triton-fp8-block) ;;
   gfx950) kernels=() ;;  # no truth-table sweep is written for the gfx950 kernels (docs/hardware-ci.md)
 esac
 for kernel in "${kernels[@]}"; do
