@@ -38,12 +38,16 @@ Upstream bugs of SGLang 0.5.23 that properties catch are listed in :data:`subjec
 
 from __future__ import annotations
 
+from backends.fp8_moe import CONTRACT as FP8_MOE
+from backends.fp8_tensor_moe import CONTRACT as FP8_TENSOR_MOE
 from backends.mxfp4_moe import CONTRACT as MXFP4_MOE
 from backends.nvfp4_moe import CONTRACT as NVFP4_MOE
 from contracts.moe_sharding import CONTRACT as MOE_SHARDING
 from contracts.mxfp4_linear import CONTRACT as MXFP4_LINEAR
 from subjects.registry import Subject, register_subject
 from subjects.sglang.bridge import SGLANG_VERSION, sglang_missing
+from subjects.sglang.fp8_moe import SglangFp8MoeAlignment
+from subjects.sglang.fp8_tensor_moe import SglangFp8TensorMoeAlignment
 from subjects.sglang.ledger import SGLANG_KNOWN_FAILURES, SGLANG_SHARDING_FAILURES
 from subjects.sglang.mxfp4_linear import SglangQuarkMxfp4Linear
 from subjects.sglang.mxfp4_moe import SglangMxfp4MoeAlignment
@@ -59,6 +63,8 @@ register_subject(
             MXFP4_LINEAR: SglangQuarkMxfp4Linear(),
             MXFP4_MOE: SglangMxfp4MoeAlignment(),
             MOE_SHARDING: SglangMoeSharding(),
+            FP8_MOE: SglangFp8MoeAlignment(),
+            FP8_TENSOR_MOE: SglangFp8TensorMoeAlignment(),
         },
         known_failures=SGLANG_KNOWN_FAILURES + SGLANG_SHARDING_FAILURES,
         missing=sglang_missing,
