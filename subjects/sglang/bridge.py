@@ -3,8 +3,9 @@ adapters use checked, the errors they raise, and the mapping of the suite's back
 
 Importing this module does not import SGLang: :func:`sglang_modules` does, once (:class:`SglangUnavailable`
 where it fails, :class:`SglangSourceMismatch` naming each missing symbol). Each contract's backend records map
-to how SGLang runs them (:data:`NVFP4_BACKENDS`, :data:`MXFP4_BACKENDS`, :data:`LINEAR_PATHS`), or to the
-reason it cannot (:data:`NVFP4_NOT_MAPPED`, :data:`MXFP4_NOT_MAPPED`), all in :data:`BACKEND_MAPS`.
+to how SGLang runs them (:data:`NVFP4_BACKENDS`, :data:`MXFP4_BACKENDS`, :data:`LINEAR_PATHS`,
+:data:`FP8_BACKENDS`), or to the reason it cannot (:data:`NVFP4_NOT_MAPPED`, :data:`MXFP4_NOT_MAPPED`,
+:data:`FP8_TENSOR_NOT_MAPPED`), all in :data:`BACKEND_MAPS`.
 """
 
 from __future__ import annotations

@@ -18,8 +18,18 @@ adapter's docstring:
   rounding, the gpt-oss and the stacked per-expert loaders' placement, ``process_weights_after_loading``
   with its GPU-only layout calls passed through, triton_kernels' and DeepGEMM's modules stood in;
   :data:`subjects.sglang.bridge.MXFP4_NOT_MAPPED`: the backends not served by ``Mxfp4MoEMethod``);
+* ``fp8_moe``: :class:`~subjects.sglang.fp8_moe.SglangFp8MoeAlignment` (``Fp8MoEMethod`` with 128x128 block
+  scales under the Triton and FlashInfer TRT-LLM runners: ``FusedMoE.__init__``'s TRT-LLM rounding,
+  ``create_weights``' refusal elsewhere, ``FusedMoE.weight_loader``'s block-scale branch,
+  ``process_weights_after_loading`` whole; :data:`subjects.sglang.bridge.FP8_BACKENDS`);
+* ``fp8_tensor_moe``: :class:`~subjects.sglang.fp8_tensor_moe.SglangFp8TensorMoeAlignment`: its one record
+  (FlashInfer's staged per-tensor launcher) is one SGLang has no path to
+  (:data:`subjects.sglang.bridge.FP8_TENSOR_NOT_MAPPED`); what SGLang prepares for its fused per-tensor kernel is
+  :func:`subjects.sglang.fp8_tensor_moe.sglang_per_tensor_fp8` (``scaled_fp8_quant``'s CUDA kernel and
+  FlashInfer's row reorder and shuffle stood in);
 * ``moe_sharding``: :class:`subjects.sglang.sharding.SglangMoeSharding` (``FusedMoE.weight_loader`` of a
-  real ``FusedMoE`` per rank, :func:`load_nvfp4_rank` and :func:`load_mxfp4_rank`).
+  real ``FusedMoE`` per rank, :func:`load_nvfp4_rank`, :func:`load_mxfp4_rank` and
+  :func:`~subjects.sglang.fp8_moe.load_fp8_rank`).
 
 How SGLang's loaders split a checkpoint over TP ranks is :func:`subjects.sglang.nvfp4_moe.load_nvfp4_rank` (whole padded blocks
 under TRT-LLM, modelled by ``reference.sizes.padded_split``) and :func:`subjects.sglang.mxfp4_moe.load_mxfp4_rank` (gpt-oss's whole
