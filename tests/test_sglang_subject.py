@@ -619,8 +619,8 @@ def test_fp8_trtllm_non_gated_rounds_to_128() -> None:
 
 def test_fp8_triton_refuses_partial_tiles_in_0_5_23() -> None:
     """SGLang 0.5.23's ``Fp8MoEMethod.create_weights`` refuses ``I/tp % 128 != 0`` on every runner but
-    ``flashinfer_trtllm`` and AITER (the ledger's entry; vLLM's same refusal was vLLM #54178, fixed by padding in
-    vLLM PR #55867). Fails once SGLang pads there too; then update the ledger."""
+    ``flashinfer_trtllm`` and AITER (the ledger's entry, SGLang #10641; vLLM's same refusal was vLLM #54178, fixed
+    by padding in vLLM PR #55867). Fails once SGLang pads there too; then update the ledger."""
     with pytest.raises(ValueError, match=r"weight = 80 is not divisible by weight quantization block_n = 128"):
         _fp8_aligned("qwen3.8-flash-next", 8, Fp8MoeBackend.TRITON)
 

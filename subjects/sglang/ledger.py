@@ -143,8 +143,9 @@ SGLANG_KNOWN_FAILURES: tuple[KnownFailure, ...] = (
         "128' for I/tp % 128 != 0 instead of padding the rank to whole tiles (Qwen3.8-Flash-Next-FP8 I 640 at "
         "TP 2/4/8: 320, 160, 80; Qwen3-235B-A22B-FP8 and MiniMax-M2 I 1536 at TP 8: 192); SGLang pads only under "
         "flashinfer_trtllm (FusedMoE.__init__ rounds I/tp to 128); vLLM's same refusal was vLLM #54178, fixed by "
-        "padding in vLLM PR #55867; found by this suite, not reported to SGLang",
-        f"{SGLANG_SOURCE}/layers/quantization/fp8.py",
+        "padding in vLLM PR #55867; reported to SGLang as #10641 (open; SGLang's Qwen3 deployment tracker #5858 "
+        "advises --tp 4, or --tp 8 with expert parallelism, for Qwen3-235B-A22B-FP8)",
+        "https://github.com/sgl-project/sglang/issues/10641",
         applies=_fp8_partial_tile,
         raises=ValueError,
         match=r"is not divisible by weight quantization block_n = 128",
