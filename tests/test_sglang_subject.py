@@ -17,23 +17,30 @@ import torch
 from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 
+from backends.fp8_moe import Fp8MoeBackend
+from backends.fp8_tensor_moe import Fp8TensorMoeBackend
 from backends.mxfp4_linear import AiterLinearPath
 from backends.mxfp4_moe import Mxfp4MoeBackend
 from backends.nvfp4_moe import Nvfp4MoeBackend
-from conformance import test_mxfp4_linear, test_mxfp4_moe, test_nvfp4_moe
+from conformance import test_fp8_moe, test_mxfp4_linear, test_mxfp4_moe, test_nvfp4_moe
+from conformance.layers import fp8_layer
 from contracts.errors import LibraryUnavailable, UnsupportedConfig
-from contracts.moe import MoeWeights
+from contracts.moe import MoeWeights, select_experts
 from contracts.moe_sharding import ShardRefused
 from reference.formats import MxScaleRounding
+from reference.fp8 import FP8_TENSOR_BLOCK
 from reference.layouts import Fc1Layout, aiter_shuffle_weight, split_fc1, vllm_asm_scale_swizzle
 from reference.padding import pad_dim
 from reference.sizes import padded_split, round_up, whole_block_split
 from strategies.catalog import MODELS
 from strategies.moe import pinned_shape
 from strategies.tensors import moe_case
+from subjects.fp8_moe import BuiltinFp8MoeAlignment
 from subjects.nvfp4_moe import BuiltinNvfp4MoeAlignment
 from subjects.registry import backends, contracts, resolve
 from subjects.sglang.bridge import (
+    FP8_BACKENDS,
+    FP8_TENSOR_NOT_MAPPED,
     MXFP4_BACKENDS,
     MXFP4_NOT_MAPPED,
     NVFP4_BACKENDS,
@@ -41,6 +48,8 @@ from subjects.sglang.bridge import (
     SglangSourceMismatch,
     sglang_modules,
 )
+from subjects.sglang.fp8_moe import SglangFp8MoeAlignment
+from subjects.sglang.fp8_tensor_moe import SglangFp8TensorMoeAlignment, sglang_per_tensor_fp8
 from subjects.sglang.ledger import SGLANG_KNOWN_FAILURES
 from subjects.sglang.mxfp4_linear import SglangQuarkMxfp4Linear, quark_path_quantizers, sglang_linear_quantizers
 from subjects.sglang.mxfp4_moe import SglangMxfp4MoeAlignment, load_mxfp4_rank, load_quark_mxfp4_rank
@@ -50,7 +59,12 @@ from subjects.sglang.sharding import SglangMoeSharding
 pytestmark = pytest.mark.sglang
 
 NVFP4 = SglangNvfp4MoeAlignment()
-CHECK_MODULES = {"nvfp4_moe": test_nvfp4_moe, "mxfp4_linear": test_mxfp4_linear, "mxfp4_moe": test_mxfp4_moe}
+CHECK_MODULES = {
+    "nvfp4_moe": test_nvfp4_moe,
+    "mxfp4_linear": test_mxfp4_linear,
+    "mxfp4_moe": test_mxfp4_moe,
+    "fp8_moe": test_fp8_moe,
+}
 
 
 def test_subject_policies_implement_their_contracts() -> None:
@@ -562,3 +576,125 @@ def test_unmapped_backend_is_not_served() -> None:
     """A backend without an SGLang runner (``NVFP4_BACKENDS``) is :class:`~contracts.errors.UnsupportedConfig`."""
     with pytest.raises(UnsupportedConfig):
         POLICY_SHARDING.shard_moe(_nvfp4_weights(1, 256), True, 2, backend=Nvfp4MoeBackend.VLLM_CUTLASS)
+
+
+# --- fp8_moe: SGLang's block-FP8 MoE path (Fp8MoEMethod) -------------------------------------------------
+
+FP8 = SglangFp8MoeAlignment()
+
+
+def _fp8_aligned(model: str, tp: int, backend: Fp8MoeBackend):
+    shape = pinned_shape(model, tp)
+    case = fp8_layer(shape)
+    return shape, case.checkpoint, FP8.align_moe(backend, case.checkpoint, shape.gated)
+
+
+@pytest.mark.parametrize("backend", list(FP8_BACKENDS))
+def test_fp8_whole_tiles_are_kept_as_they_are(backend: Fp8MoeBackend) -> None:
+    """DeepSeek-V3 at TP 8 (I 256, H 7168): whole 128-tiles, so both runners keep the checkpoint byte for byte
+    (the TRT-LLM loader's ``[up; gate]`` buffer read back ``[gate; up]``)."""
+    shape, ckpt, aligned = _fp8_aligned("deepseek-v3", 8, backend)
+    assert (aligned.intermediate_size, aligned.hidden_size) == (shape.intermediate, shape.hidden)
+    for name in ("w13", "w13_scale", "w2", "w2_scale"):
+        assert torch.equal(getattr(aligned.weights, name), getattr(ckpt, name)), name
+
+
+def test_fp8_trtllm_rounds_partial_tiles_to_128() -> None:
+    """Under ``flashinfer_trtllm`` ``FusedMoE.__init__`` rounds ``I/tp`` to 128 (Qwen3.8-Flash-Next TP 8: 80 -> 128)
+    and the loader zero-fills each half's tail: byte for byte the built-in policy, the hidden size unpadded."""
+    shape, ckpt, aligned = _fp8_aligned("qwen3.8-flash-next", 8, Fp8MoeBackend.FLASHINFER_TRTLLM)
+    assert (aligned.intermediate_size, aligned.hidden_size) == (128, shape.hidden)
+    builtin = BuiltinFp8MoeAlignment().align_moe(Fp8MoeBackend.FLASHINFER_TRTLLM, ckpt, shape.gated)
+    for name in ("w13", "w13_scale", "w2", "w2_scale"):
+        assert torch.equal(getattr(aligned.weights, name), getattr(builtin.weights, name)), name
+
+
+def test_fp8_trtllm_non_gated_rounds_to_128() -> None:
+    """A non-gated (ReLU2) layer: one FC1 projection, its rows rounded to 128 like a gated half."""
+    shape = pinned_shape("nemotron-3-nano-30b-a3b", 8)
+    assert not shape.gated and shape.intermediate % 128
+    aligned = FP8.align_moe(Fp8MoeBackend.FLASHINFER_TRTLLM, fp8_layer(shape).checkpoint, False)
+    assert aligned.intermediate_size == round_up(shape.intermediate, 128)
+
+
+def test_fp8_triton_refuses_partial_tiles_in_0_5_23() -> None:
+    """SGLang 0.5.23's ``Fp8MoEMethod.create_weights`` refuses ``I/tp % 128 != 0`` on every runner but
+    ``flashinfer_trtllm`` and AITER (the ledger's entry, SGLang #10641; vLLM's same refusal was vLLM #54178, fixed
+    by padding in vLLM PR #55867). Fails once SGLang pads there too; then update the ledger."""
+    with pytest.raises(ValueError, match=r"weight = 80 is not divisible by weight quantization block_n = 128"):
+        _fp8_aligned("qwen3.8-flash-next", 8, Fp8MoeBackend.TRITON)
+
+
+def _fp8_weights(experts: int, intermediate: int, hidden: int = 256) -> MoeWeights:
+    """Random block-FP8 expert bytes (codes 1..126) and tile scales (1..126), gated, stacked ``[gate; up]``."""
+    g = torch.Generator().manual_seed(experts * intermediate)
+
+    def draw(*shape: int) -> torch.Tensor:
+        return torch.randint(1, 127, shape, generator=g, dtype=torch.int64).to(torch.uint8)
+
+    e, i, h, t = experts, intermediate, hidden, -(-intermediate // 128)
+    return MoeWeights(w13=draw(e, 2 * i, h), w13_scale=draw(e, 2 * t, h // 128).float(), w2=draw(e, h, i),
+                      w2_scale=draw(e, h // 128, t).float(), block=128, fc1_layout=Fc1Layout.GATE_UP)  # fmt: skip
+
+
+def test_fp8_trtllm_split_is_whole_tiles() -> None:
+    """Qwen3.8-Flash-Next's I = 640 at TP 8 under ``flashinfer_trtllm``: every rank's buffer is ``ru(80, 128)``
+    and rank ``r`` reads from ``128·r``, weights and scale tiles alike: five full ranks, three empty (vLLM PR
+    #55867's split, ``reference.sizes.padded_split``)."""
+    shards = POLICY_SHARDING.shard_moe(_fp8_weights(1, 640), True, 8, backend=Fp8MoeBackend.FLASHINFER_TRTLLM)
+    assert [(s.offset, s.real) for s in shards] == [(128 * r, 128) for r in range(5)] + [(640, 0)] * 3
+    assert {s.weights.intermediate_size for s in shards} == {128}
+
+
+def test_fp8_triton_split_refused_where_it_cuts_tiles() -> None:
+    """The Triton runner (SGLang's default without DeepGEMM): ``I/tp`` per rank, refused where it cuts a tile
+    (640 at TP 4: 160), split evenly where it does not (640 at TP 5: 128)."""
+    with pytest.raises(ShardRefused, match="not divisible by weight quantization block_n"):
+        POLICY_SHARDING.shard_moe(_fp8_weights(1, 640), True, 4)
+    shards = POLICY_SHARDING.shard_moe(_fp8_weights(1, 640), True, 5)
+    assert [(s.offset, s.real, s.start) for s in shards] == [(128 * r, 128, 0) for r in range(5)]
+
+
+@pytest.mark.parametrize("backend", list(FP8_BACKENDS))
+def test_fp8_ep_ranks_hold_their_experts_scales(backend: Fp8MoeBackend) -> None:
+    """TP 2 x EP 2: every ``Fp8MoEMethod`` parameter, tile scales included, is loaded through
+    ``FusedMoE.weight_loader``'s global-to-local expert map, so an EP rank holds its own experts' scales
+    (the ``moe_sharding`` contract's ``assert_scales_local``; SGLang #36597 was ModelOpt's global input scales)."""
+    ckpt = _fp8_weights(4, 256)
+    shards = POLICY_SHARDING.shard_moe(ckpt, True, 2, ep=2, backend=backend)
+    assert [s.experts for s in shards] == [(0, 1), (0, 1), (2, 3), (2, 3)]
+    for s in shards:
+        src, t = select_experts(ckpt, s.experts), s.offset // 128  # one 128-tile per half on each TP rank
+        assert torch.equal(s.weights.w2_scale, src.w2_scale[..., t : t + 1])
+        assert torch.equal(s.weights.w13_scale, src.w13_scale[:, [t, 2 + t]])
+
+
+# --- fp8_tensor_moe: SGLang's per-tensor FP8 MoE path (no suite record served) ------------------------
+
+
+@pytest.mark.parametrize("backend", sorted(FP8_TENSOR_NOT_MAPPED, key=lambda b: b.value))
+def test_unmapped_fp8_tensor_backends_skip_with_the_reason(backend: Fp8TensorMoeBackend) -> None:
+    shape = pinned_shape("qwen3.8-flash-next", 8)
+    with pytest.raises(LibraryUnavailable, match=r"SGLang 0\.5\.23 has no path"):
+        SglangFp8TensorMoeAlignment().align_moe(backend, fp8_layer(shape, FP8_TENSOR_BLOCK).checkpoint, True)
+
+
+@pytest.mark.parametrize(("model", "tp"), [("qwen3.8-flash-next", 8), ("nemotron-3-nano-30b-a3b", 8)])
+def test_per_tensor_fp8_trtllm_pads_to_128(model: str, tp: int) -> None:
+    """SGLang's per-tensor FP8 MoE for its fused ``trtllm_fp8_per_tensor_scale_moe``: ``FusedMoE.__init__`` rounds
+    ``I/tp`` to 128 (Qwen3.8-Flash-Next TP 8: 80 -> 128; ``align_fp8_moe_weights_for_flashinfer_trtllm``'s own
+    16 / 128 then has nothing left to pad), the hidden size unpadded, each half's tail zero; the FC1 half whose
+    scale is the expert's maximum keeps its bytes (the other is re-quantized to that scale)."""
+    shape = pinned_shape(model, tp)
+    ckpt = fp8_layer(shape, FP8_TENSOR_BLOCK).checkpoint
+    aligned = sglang_per_tensor_fp8(ckpt, shape.gated)
+    i, ip = shape.intermediate, round_up(shape.intermediate, 128)
+    assert (aligned.intermediate_size, aligned.hidden_size) == (ip, shape.hidden)
+    w, f = aligned.weights, 2 if shape.gated else 1
+    for half in range(f):
+        assert not w.w13[:, half * ip + i : (half + 1) * ip].any(), f"half {half} tail"
+    assert not w.w2[..., i:].any() and torch.equal(w.w2[..., :i], ckpt.w2)
+    assert torch.equal(w.w13_scale[:, 0], ckpt.w13_scale.amax(dim=1))
+    for e in range(ckpt.w13.shape[0]):
+        top = int(ckpt.w13_scale[e, :, 0].argmax())
+        assert torch.equal(w.w13[e, top * ip : top * ip + i], ckpt.w13[e, top * i : (top + 1) * i]), e

@@ -3,12 +3,14 @@ adapters use checked, the errors they raise, and the mapping of the suite's back
 
 Importing this module does not import SGLang: :func:`sglang_modules` does, once (:class:`SglangUnavailable`
 where it fails, :class:`SglangSourceMismatch` naming each missing symbol). Each contract's backend records map
-to how SGLang runs them (:data:`NVFP4_BACKENDS`, :data:`MXFP4_BACKENDS`, :data:`LINEAR_PATHS`), or to the
-reason it cannot (:data:`NVFP4_NOT_MAPPED`, :data:`MXFP4_NOT_MAPPED`), all in :data:`BACKEND_MAPS`.
+to how SGLang runs them (:data:`NVFP4_BACKENDS`, :data:`MXFP4_BACKENDS`, :data:`LINEAR_PATHS`,
+:data:`FP8_BACKENDS`), or to the reason it cannot (:data:`NVFP4_NOT_MAPPED`, :data:`MXFP4_NOT_MAPPED`,
+:data:`FP8_TENSOR_NOT_MAPPED`), all in :data:`BACKEND_MAPS`.
 """
 
 from __future__ import annotations
 
+import enum
 import functools
 import importlib
 import importlib.util
@@ -16,6 +18,10 @@ import sys
 import types
 from dataclasses import dataclass
 
+from backends.fp8_moe import CONTRACT as FP8_MOE
+from backends.fp8_moe import Fp8MoeBackend
+from backends.fp8_tensor_moe import CONTRACT as FP8_TENSOR_MOE
+from backends.fp8_tensor_moe import Fp8TensorMoeBackend
 from backends.mxfp4_linear import AiterLinearPath
 from backends.mxfp4_moe import CONTRACT as MXFP4_MOE
 from backends.mxfp4_moe import Mxfp4MoeBackend
@@ -44,9 +50,11 @@ REQUIRED_SYMBOLS = {
     "sglang.srt.layers.moe.utils": ("MoeA2ABackend", "MoeRunnerBackend", "get_moe_runner_backend"),
     "sglang.srt.layers.moe.moe_runner.flashinfer_trtllm": (
         "align_fp4_moe_weights_for_flashinfer_trtllm",
+        "align_fp8_moe_weights_for_flashinfer_trtllm",
         "trtllm_nvfp4_hidden_alignment",
     ),
     "sglang.srt.layers.quantization.modelopt_quant": ("ModelOptFp4Config", "ModelOptNvFp4FusedMoEMethod"),
+    "sglang.srt.layers.quantization.fp8": ("Fp8Config", "Fp8MoEMethod", "scaled_fp8_quant"),
     "sglang.srt.layers.quantization.utils": ("prepare_static_weights_for_trtllm_fp4_moe", "swizzle_blockscale"),
     "sglang.srt.runtime_context": ("get_flags", "override_platform"),
     "sglang.srt.layers.quantization.mxfp4": (
@@ -135,6 +143,7 @@ def sglang_modules() -> types.SimpleNamespace:
         get_moe_runner_backend=modules["sglang.srt.layers.moe.utils"].get_moe_runner_backend,
         trtllm=modules["sglang.srt.layers.moe.moe_runner.flashinfer_trtllm"],
         modelopt=modules["sglang.srt.layers.quantization.modelopt_quant"],
+        fp8=modules["sglang.srt.layers.quantization.fp8"],
         quant_utils=modules["sglang.srt.layers.quantization.utils"],
         ctx=modules["sglang.srt.runtime_context"],
         quark_w4a4=modules["sglang.srt.layers.quantization.quark.schemes.quark_w4a4_mxfp4"],
@@ -342,6 +351,51 @@ MXFP4_NOT_MAPPED: dict[Mxfp4MoeBackend, str] = {
 source that shows why: they skip with that reason."""
 
 
+@dataclass(frozen=True)
+class SglangFp8Backend:
+    """How SGLang 0.5.23 runs one of the suite's FP8 MoE backends for an ``Fp8Config`` checkpoint (``Fp8MoEMethod``).
+
+    ``runner``: the ``--moe-runner-backend``; ``platform``: the platform facts (``override_platform``);
+    ``fc1_layout``: the FC1 row order ``FusedMoE.weight_loader`` leaves in ``w13_weight`` (under
+    ``flashinfer_trtllm`` ``_weight_loader_impl`` swaps the ``w1`` / ``w3`` shard ids of an ``Fp8MoEMethod``
+    layer, so up lands first).
+    """
+
+    runner: str
+    platform: dict[str, bool]
+    fc1_layout: Fc1Layout
+
+
+HOPPER = {"is_sm90": True, "is_sm100": False, "is_blackwell": False, "is_cuda": True, "is_hip": False}
+"""Platform facts of an H100 / H200 (SM90), where SGLang's block-FP8 MoE default is the Triton runner."""
+
+BLACKWELL = {"is_blackwell": True, "is_sm100": True, "is_cuda": True, "is_hip": False}
+"""Platform facts of a B200 (SM100), where SGLang runs the FlashInfer TRT-LLM MoE kernels."""
+
+FP8_BACKENDS: dict[Fp8MoeBackend, SglangFp8Backend] = {
+    # --moe-runner-backend triton (what `auto` resolves to without DeepGEMM or AITER, Fp8MoEMethod.create_moe_runner):
+    # the buffers as create_fp8_moe_weight_ allocates them (I/tp, refused unless a multiple of block_n = 128);
+    # process_weights_after_loading_block_quant leaves them (requant_block_scale_ue8m0_for_deepgemm is DeepGEMM's)
+    Fp8MoeBackend.TRITON: SglangFp8Backend("triton", HOPPER, Fc1Layout.GATE_UP),
+    # --moe-runner-backend flashinfer_trtllm: FusedMoE.__init__ rounds I/tp up to 128 for every method but
+    # ModelOpt NVFP4, the loader swaps the halves ([up; gate]) and zero-fills each half's tail; the kernel
+    # (trtllm_fp8_block_scale_moe, DeepSeekFp8) reads the buffers as loaded
+    Fp8MoeBackend.FLASHINFER_TRTLLM: SglangFp8Backend("flashinfer_trtllm", BLACKWELL, Fc1Layout.UP_GATE),
+}
+"""The suite's block-FP8 MoE backends as SGLang selects and loads them for ``Fp8MoEMethod``."""
+
+FP8_TENSOR_NOT_MAPPED: dict[Fp8TensorMoeBackend, str] = {
+    Fp8TensorMoeBackend.FLASHINFER_TRTLLM_STAGED: (
+        "SGLang 0.5.23 has no path to FlashInfer's staged per-tensor FP8 MoE (trtllm_moe_run_routing_fp8_per_tensor): "
+        "its per-tensor FP8 runner calls the fused trtllm_fp8_per_tensor_scale_moe "
+        "(srt/layers/moe/moe_runner/flashinfer_trtllm.py _run_fp8_per_tensor_scale_moe -> "
+        "srt/layers/moe/flashinfer_trtllm_moe.py trtllm_fp8_per_tensor_scale_moe_wrapper), a kernel the suite "
+        "has no record for; no module of the release names the staged entry point"
+    ),
+}
+"""The suite's per-tensor FP8 MoE backends SGLang 0.5.23 cannot run, each with the source that shows it."""
+
+
 LINEAR_PATHS: dict[AiterLinearPath, bool] = {AiterLinearPath.ASM: True, AiterLinearPath.TRITON: False}
 """The suite's AITER linear paths as the layer's ``use_aiter_asm_fp4_gemm`` after
 ``QuarkW4A4MXFP4.process_weights_after_loading``, on which ``apply_weights`` branches: ASM where set, Triton
@@ -351,12 +405,14 @@ BACKEND_MAPS: dict[str, BackendMap] = {
     NVFP4_MOE: BackendMap(NVFP4_BACKENDS, NVFP4_NOT_MAPPED),
     MXFP4_MOE: BackendMap(MXFP4_BACKENDS, MXFP4_NOT_MAPPED),
     MXFP4_LINEAR: BackendMap(LINEAR_PATHS, {}),
+    FP8_MOE: BackendMap(FP8_BACKENDS, {}),
+    FP8_TENSOR_MOE: BackendMap({}, FP8_TENSOR_NOT_MAPPED),
 }
 """Every backend record of the contracts the ``sglang`` subject implements, mapped or not (``moe_sharding`` has
 no backend records of its own; it loads under the MoE ones)."""
 
 
-def not_mapped(backend: Nvfp4MoeBackend | Mxfp4MoeBackend) -> str:
+def not_mapped(backend: enum.Enum) -> str:
     """Why the ``sglang`` subject does not run ``backend`` (:data:`BACKEND_MAPS`; a backend it neither maps nor
     explains raises :class:`~subjects.engine_tools.UnmappedBackend`)."""
     return not_mapped_reason(BACKEND_MAPS, backend, "the sglang subject")

@@ -8,6 +8,8 @@ from collections.abc import Callable
 from typing import Any
 
 from adapters import triton_kernels as tk
+from backends.fp8_moe import CONTRACT as FP8_MOE
+from backends.fp8_moe import Fp8MoeBackend
 from backends.mxfp4_linear import asm_gemm_eligible
 from backends.mxfp4_moe import CONTRACT as MXFP4_MOE
 from backends.mxfp4_moe import Mxfp4MoeBackend
@@ -20,7 +22,7 @@ from strategies.catalog import CheckpointForm
 from subjects.mxfp4_moe import TRITON_ODD_GROUP_FAILURES
 from subjects.registry import Hardware, KnownFailure, Reach
 from subjects.sglang.bridge import MXFP4_BACKENDS, NVFP4_BACKENDS, SGLANG_SOURCE
-from subjects.sglang.sharding import MXFP4_BACKEND, NVFP4_BACKEND
+from subjects.sglang.sharding import FP8_BACKEND, MXFP4_BACKEND, NVFP4_BACKEND
 
 FUSED_MOE_LOADERS = tuple(
     f"sglang.srt.layers.moe.fused_moe_triton.layer:FusedMoE.{f}" for f in ("_load_w13", "_load_w2")
@@ -124,7 +126,54 @@ HIDDEN_256_BACKENDS = (
 ``flashinfer_mxfp4``, ``create_weights`` for AITER and Marlin)."""
 
 
+FP8_CREATE_WEIGHTS = ("sglang.srt.layers.quantization.fp8:Fp8MoEMethod.create_fp8_moe_weight_",)
+"""``Fp8MoEMethod``'s buffer allocation, whose ``I/tp % block_n`` check raises the block-FP8 refusal."""
+
+
+def _fp8_partial_tile(shape: Any) -> bool:
+    """A block-FP8 MoE rank whose intermediate size is not whole 128-channel tiles."""
+    return shape.intermediate % 128 != 0
+
+
 SGLANG_KNOWN_FAILURES: tuple[KnownFailure, ...] = (
+    KnownFailure(
+        FP8_MOE,
+        "triton (and every block-FP8 runner but flashinfer_trtllm and AITER): Fp8MoEMethod.create_fp8_moe_weight_ "
+        "raises 'The output_size of gate's and up's weight = I is not divisible by weight quantization block_n = "
+        "128' for I/tp % 128 != 0 instead of padding the rank to whole tiles (Qwen3.8-Flash-Next-FP8 I 640 at "
+        "TP 2/4/8: 320, 160, 80; Qwen3-235B-A22B-FP8 and MiniMax-M2 I 1536 at TP 8: 192); SGLang pads only under "
+        "flashinfer_trtllm (FusedMoE.__init__ rounds I/tp to 128); vLLM's same refusal was vLLM #54178, fixed by "
+        "padding in vLLM PR #55867; reported to SGLang as #10641 (open; SGLang's Qwen3 deployment tracker #5858 "
+        "advises --tp 4, or --tp 8 with expert parallelism, for Qwen3-235B-A22B-FP8)",
+        "https://github.com/sgl-project/sglang/issues/10641",
+        applies=_fp8_partial_tile,
+        raises=ValueError,
+        match=r"is not divisible by weight quantization block_n = 128",
+        backend=Fp8MoeBackend.TRITON.value,
+        raised_in=FP8_CREATE_WEIGHTS,
+        reach=Reach.default(
+            "block-FP8 MoE checkpoints at a TP degree with I/tp % 128 != 0 on SM90, where --moe-runner-backend "
+            "auto resolves to triton (Fp8MoEMethod.create_moe_runner): Qwen3-235B-A22B-FP8 and MiniMax-M2 at TP8 "
+            "(192), Qwen3.8-Flash-Next-FP8 at TP2/4/8; on SM100 for the models whose override does not pick "
+            "flashinfer_trtllm (model_overrides/qwen3_moe.py picks it for the Qwen3 MoE family)"
+        ),
+        hardware=(Hardware.SM90, Hardware.SM100),
+    ),
+    KnownFailure(
+        FP8_MOE,
+        "flashinfer_trtllm block FP8: FusedMoE.__init__ rounds I/tp to 128 but nothing pads the hidden size, so "
+        "H % 128 != 0 reaches trtllm_fp8_block_scale_moe, whose launcher checks hidden_states_scale.size(0) == "
+        "hidden_size / 128 (the runner quantizes activations in 128-element groups, per_token_group_quant_fp8); "
+        "no block-FP8 MoE checkpoint the suite catalogues has such H; found by this suite, not reported upstream",
+        f"{SGLANG_SOURCE}/layers/moe/moe_runner/flashinfer_trtllm.py",
+        applies=lambda shape: shape.hidden % 128 != 0,
+        raises=AssertionError,
+        match=r"flashinfer-trtllm-fp8-block rejects Ip=\d+, Hp=\d+: hidden size \d+ is not a multiple of 128",
+        backend=Fp8MoeBackend.FLASHINFER_TRTLLM.value,
+        check="check_backend_accepts",
+        reach=Reach.latent("no block-FP8 MoE checkpoint the suite catalogues has H % 128 != 0"),
+        hardware=(Hardware.SM100,),
+    ),
     KnownFailure(
         NVFP4_MOE,
         "flashinfer_cutlass: process_weights_after_loading asserts 'The intermediate size required padding, but "
@@ -448,10 +497,11 @@ SGLANG_KNOWN_FAILURES: tuple[KnownFailure, ...] = (
 )
 
 
-def _sharding_backend(config: Any) -> Nvfp4MoeBackend | Mxfp4MoeBackend:
+def _sharding_backend(config: Any) -> Nvfp4MoeBackend | Mxfp4MoeBackend | Fp8MoeBackend:
     """The backend whose runner loads a ``ShardingConfig``'s shards (:mod:`subjects.sglang.sharding`'s default
     where none is drawn)."""
-    return config.kernel_backend or (NVFP4_BACKEND if config.block == 16 else MXFP4_BACKEND)
+    default = {16: NVFP4_BACKEND, 32: MXFP4_BACKEND}.get(config.block, FP8_BACKEND)
+    return config.kernel_backend or default
 
 
 def _nvfp4_unrounded(config: Any) -> bool:

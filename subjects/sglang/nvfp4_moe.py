@@ -18,11 +18,8 @@ from contracts.errors import LibraryUnavailable
 from contracts.moe import AlignedMoe, MoeWeights
 from reference.layouts import grouped_gate_up_interleave, inverse_permutation, unswizzle_128x4
 from subjects.engine_tools import pass_through, stand_in_function
-from subjects.sglang.bridge import NVFP4_BACKENDS, SglangSourceMismatch, not_mapped
+from subjects.sglang.bridge import BLACKWELL, NVFP4_BACKENDS, SglangSourceMismatch, not_mapped
 from subjects.sglang.layer import sglang_layer_context
-
-BLACKWELL = {"is_blackwell": True, "is_sm100": True, "is_cuda": True, "is_hip": False}
-"""Platform facts of a B200 (SM100), where SGLang runs both NVFP4 FlashInfer backends."""
 
 NVFP4_PREFIX = "model.layers.0.mlp.experts"
 

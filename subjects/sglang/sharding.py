@@ -19,6 +19,15 @@ shard. The loaders are the contract modules', unchanged:
   ``mxfp4_moe`` contract's) is cut back to the checkpoint's hidden size. SGLang's ``Mxfp4MoEMethod`` has
   no non-gated experts: such a checkpoint raises :class:`~contracts.errors.UnsupportedConfig`.
 
+* Block FP8 (128x128 tiles, gated or not): :func:`subjects.sglang.fp8_moe.load_fp8_rank` under :data:`FP8_BACKEND`
+  (``triton``, what ``--moe-runner-backend auto`` resolves to without DeepGEMM or AITER): the buffer is
+  ``I/tp`` channels, which ``Fp8MoEMethod.create_weights`` refuses unless a multiple of 128 (reported as
+  :class:`~contracts.moe_sharding.ShardRefused`: such an even split would cut a tile). Under
+  ``flashinfer_trtllm`` ``FusedMoE.__init__`` rounds every rank's buffer to ``ru(I/tp, 128)`` and rank ``r``
+  reads from ``r·ru(I/tp, 128)``, weights and scale tiles alike (whole tiles, the last ranks short or empty).
+  Each EP rank's block scales are its own experts' (``FusedMoE.weight_loader`` maps global expert ids to
+  local ones for every parameter).
+
 SGLang asserts ``I % tp == 0`` in ``FusedMoE.__init__``; that assertion is reported as
 :class:`~contracts.moe_sharding.ShardRefused`. Which channels a rank holds is read back
 (:class:`subjects.moe_sharding.LoaderSharding`).
@@ -30,15 +39,17 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import replace
 
+from backends.fp8_moe import Fp8MoeBackend
 from backends.mxfp4_moe import Mxfp4MoeBackend
 from backends.nvfp4_moe import Nvfp4MoeBackend
-from contracts.errors import CheckpointNotServed, UnsupportedConfig
+from contracts.errors import UnsupportedConfig
 from contracts.moe import MoeWeights, cut_hidden, relayout_moe, tiled
 from contracts.moe_sharding import ShardRefused
 from reference.formats import NVFP4_BLOCK
 from reference.layouts import Fc1Layout, relayout_fc1
 from subjects.moe_sharding import LoaderSharding
-from subjects.sglang.bridge import MXFP4_BACKENDS, NVFP4_BACKENDS, not_mapped
+from subjects.sglang.bridge import FP8_BACKENDS, MXFP4_BACKENDS, NVFP4_BACKENDS, not_mapped
+from subjects.sglang.fp8_moe import load_fp8_rank
 from subjects.sglang.mxfp4_moe import gpt_oss_family, load_mxfp4_rank, load_quark_mxfp4_rank
 from subjects.sglang.nvfp4_moe import load_nvfp4_rank
 
@@ -65,8 +76,12 @@ def uneven_split_refused(intermediate: int, tp: int, experts: int = 1, ep: int =
         raise
 
 
-FP8_NOT_ADAPTED = "this adapter loads FP4 checkpoints only: SGLang 0.5.23's block-FP8 MoE loader is not adapted"
-"""Why a block-FP8 checkpoint is not served here (recorded by the properties as not served, not judged)."""
+FP8_BACKEND = Fp8MoeBackend.TRITON
+"""The backend whose ``FusedMoE`` of ``Fp8MoEMethod`` loads block-FP8 shards for the ``sglang`` subject: the Triton
+runner, ``Fp8MoEMethod.create_moe_runner``'s choice under ``auto`` without DeepGEMM or AITER."""
+
+FP8_SPLIT_REFUSED = "is not divisible by weight quantization block_n"
+"""``Fp8MoEMethod.create_weights``' refusal of a rank's ``I/tp`` that is not whole 128-channel tiles."""
 
 
 class SglangMoeSharding(LoaderSharding):
@@ -82,13 +97,13 @@ class SglangMoeSharding(LoaderSharding):
         *,
         ep: int,
         ep_rank: int,
-        backend: Nvfp4MoeBackend | Mxfp4MoeBackend | None,
+        backend: Nvfp4MoeBackend | Mxfp4MoeBackend | Fp8MoeBackend | None,
     ) -> MoeWeights:
         """Rank ``(ep_rank, tp_rank)``: SGLang's rank ``ep_rank·tp + tp_rank`` of ``tp·ep``
         (:func:`subjects.sglang.layer.parallel_layout`)."""
-        if tiled(ckpt.block):
-            raise CheckpointNotServed(FP8_NOT_ADAPTED)
         rank = ep_rank * tp + tp_rank
+        if tiled(ckpt.block):
+            return self.load_fp8(ckpt, gated, tp, rank, ep, backend or FP8_BACKEND)
         nvfp4 = ckpt.block == NVFP4_BLOCK
         if backend is not None and backend not in (NVFP4_BACKENDS if nvfp4 else MXFP4_BACKENDS):
             raise UnsupportedConfig(not_mapped(backend))
@@ -96,6 +111,23 @@ class SglangMoeSharding(LoaderSharding):
             if not nvfp4:
                 return self.load_mxfp4(ckpt, gated, tp, rank, ep, backend or MXFP4_BACKEND)
             return self.load_nvfp4(ckpt, gated, tp, rank, ep, backend or NVFP4_BACKEND)
+
+    @staticmethod
+    def load_fp8(ckpt: MoeWeights, gated: bool, tp: int, rank: int, ep: int, backend: Fp8MoeBackend) -> MoeWeights:
+        """``Fp8MoEMethod``'s loader (:func:`~subjects.sglang.fp8_moe.load_fp8_rank`), FC1 rows in the checkpoint's
+        layout; ``create_weights``' refusal of ``I/tp`` cutting a tile is :class:`ShardRefused`."""
+        if backend not in FP8_BACKENDS:
+            raise UnsupportedConfig(not_mapped(backend))
+        layout = ckpt.fc1_layout
+        stacked = relayout_moe(ckpt, Fc1Layout.GATE_UP) if gated else ckpt
+        with uneven_split_refused(ckpt.intermediate_size, tp, ckpt.w13.shape[0], ep):
+            try:
+                loaded, _ = load_fp8_rank(backend, stacked, gated, tp, rank, ep)
+            except ValueError as exc:
+                if FP8_SPLIT_REFUSED not in str(exc):
+                    raise
+                raise ShardRefused(f"SGLang Fp8MoEMethod.create_weights: {exc}") from exc
+        return relayout_moe(loaded, layout) if gated else replace(loaded, fc1_layout=layout)
 
     @staticmethod
     def load_mxfp4(ckpt: MoeWeights, gated: bool, tp: int, rank: int, ep: int, backend: Mxfp4MoeBackend) -> MoeWeights:

@@ -18,8 +18,18 @@ adapter's docstring:
   rounding, the gpt-oss and the stacked per-expert loaders' placement, ``process_weights_after_loading``
   with its GPU-only layout calls passed through, triton_kernels' and DeepGEMM's modules stood in;
   :data:`subjects.sglang.bridge.MXFP4_NOT_MAPPED`: the backends not served by ``Mxfp4MoEMethod``);
+* ``fp8_moe``: :class:`~subjects.sglang.fp8_moe.SglangFp8MoeAlignment` (``Fp8MoEMethod`` with 128x128 block
+  scales under the Triton and FlashInfer TRT-LLM runners: ``FusedMoE.__init__``'s TRT-LLM rounding,
+  ``create_weights``' refusal elsewhere, ``FusedMoE.weight_loader``'s block-scale branch,
+  ``process_weights_after_loading`` whole; :data:`subjects.sglang.bridge.FP8_BACKENDS`);
+* ``fp8_tensor_moe``: :class:`~subjects.sglang.fp8_tensor_moe.SglangFp8TensorMoeAlignment`: its one record
+  (FlashInfer's staged per-tensor launcher) is one SGLang has no path to
+  (:data:`subjects.sglang.bridge.FP8_TENSOR_NOT_MAPPED`); what SGLang prepares for its fused per-tensor kernel is
+  :func:`subjects.sglang.fp8_tensor_moe.sglang_per_tensor_fp8` (``scaled_fp8_quant``'s CUDA kernel and
+  FlashInfer's row reorder and shuffle stood in);
 * ``moe_sharding``: :class:`subjects.sglang.sharding.SglangMoeSharding` (``FusedMoE.weight_loader`` of a
-  real ``FusedMoE`` per rank, :func:`load_nvfp4_rank` and :func:`load_mxfp4_rank`).
+  real ``FusedMoE`` per rank, :func:`load_nvfp4_rank`, :func:`load_mxfp4_rank` and
+  :func:`~subjects.sglang.fp8_moe.load_fp8_rank`).
 
 How SGLang's loaders split a checkpoint over TP ranks is :func:`subjects.sglang.nvfp4_moe.load_nvfp4_rank` (whole padded blocks
 under TRT-LLM, modelled by ``reference.sizes.padded_split``) and :func:`subjects.sglang.mxfp4_moe.load_mxfp4_rank` (gpt-oss's whole
@@ -38,12 +48,16 @@ Upstream bugs of SGLang 0.5.23 that properties catch are listed in :data:`subjec
 
 from __future__ import annotations
 
+from backends.fp8_moe import CONTRACT as FP8_MOE
+from backends.fp8_tensor_moe import CONTRACT as FP8_TENSOR_MOE
 from backends.mxfp4_moe import CONTRACT as MXFP4_MOE
 from backends.nvfp4_moe import CONTRACT as NVFP4_MOE
 from contracts.moe_sharding import CONTRACT as MOE_SHARDING
 from contracts.mxfp4_linear import CONTRACT as MXFP4_LINEAR
 from subjects.registry import Subject, register_subject
 from subjects.sglang.bridge import SGLANG_VERSION, sglang_missing
+from subjects.sglang.fp8_moe import SglangFp8MoeAlignment
+from subjects.sglang.fp8_tensor_moe import SglangFp8TensorMoeAlignment
 from subjects.sglang.ledger import SGLANG_KNOWN_FAILURES, SGLANG_SHARDING_FAILURES
 from subjects.sglang.mxfp4_linear import SglangQuarkMxfp4Linear
 from subjects.sglang.mxfp4_moe import SglangMxfp4MoeAlignment
@@ -59,6 +73,8 @@ register_subject(
             MXFP4_LINEAR: SglangQuarkMxfp4Linear(),
             MXFP4_MOE: SglangMxfp4MoeAlignment(),
             MOE_SHARDING: SglangMoeSharding(),
+            FP8_MOE: SglangFp8MoeAlignment(),
+            FP8_TENSOR_MOE: SglangFp8TensorMoeAlignment(),
         },
         known_failures=SGLANG_KNOWN_FAILURES + SGLANG_SHARDING_FAILURES,
         missing=sglang_missing,

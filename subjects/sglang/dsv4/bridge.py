@@ -20,7 +20,6 @@ from subjects.engine_tools import BackendMap, not_mapped_reason, pass_through
 from subjects.sglang.bridge import import_required, sglang_modules, source_matches
 
 DSV4_REQUIRED_SYMBOLS = {
-    "sglang.srt.layers.quantization.fp8": ("Fp8Config", "Fp8MoEMethod"),
     "sglang.srt.layers.quantization.mxfp4_flashinfer_trtllm_moe": (
         "Mxfp4FlashinferTrtllmMoEMethod",
         "_pad_intermediate_size",
@@ -43,7 +42,8 @@ DSV4_REQUIRED_SYMBOLS = {
         "interleave_moe_scales_for_sm90_mixed_gemm",
     ),
 }
-"""Every symbol the DeepSeek-V4 adapters call or patch, by module (besides :data:`subjects.sglang.bridge.REQUIRED_SYMBOLS`):
+"""Every symbol the DeepSeek-V4 adapters call or patch, by module (besides :data:`subjects.sglang.bridge.REQUIRED_SYMBOLS`,
+which holds ``Fp8Config`` and ``Fp8MoEMethod``: ``m.fp8``):
 :func:`dsv4_modules` checks them all at import, so a moved or renamed one fails loudly, naming it."""
 
 DSV4_ATTRIBUTES = (
@@ -65,7 +65,6 @@ def dsv4_modules() -> types.SimpleNamespace:
     source_matches(missing)
     return types.SimpleNamespace(
         **vars(m),
-        fp8=modules["sglang.srt.layers.quantization.fp8"],
         dsv4_trtllm=modules["sglang.srt.layers.quantization.mxfp4_flashinfer_trtllm_moe"],
         dsv4_cutlass=modules["sglang.srt.layers.quantization.mxfp4_flashinfer_cutlass_moe"],
         dsv4_marlin=modules["sglang.srt.layers.quantization.mxfp4_marlin_moe"],
