@@ -97,7 +97,9 @@ class VllmFp8MoeAlignment:
 
     The rank's experts are handed to vLLM as rank 0 of a layer of TP degree :func:`stand_in_tp`, whose other
     ranks' channels are zero: a rank of whole 128-blocks is a TP=1 layer, any other takes vLLM's TP path,
-    where its padding lives. vLLM's own code then resolves the block shape, allocates the parameters
+    where its padding lives. That stand-in layer's global intermediate size is whole 128-blocks; a model whose
+    own is not (Gemma-4-26B-A4B, I = 704) is declined by ``pad_tp_shard_to_weight_blocks`` at every TP degree,
+    a fact of the global layer this rank-local contract does not see. vLLM's own code then resolves the block shape, allocates the parameters
     (``create_weights``, ``validate_fp8_block_shape_moe`` included), loads every expert's ``w1``, ``w3``, ``w2``
     and block scales (``RoutedExperts.weight_loader``, which narrows rank 0's whole blocks) and runs
     ``process_weights_after_loading``. Substituted: ``select_fp8_moe_backend`` (the record's member instead),
