@@ -6,6 +6,8 @@
 * The source readers (activation quantizer per path, fusion-before-replicate order) read the
   installed vLLM, and raise :class:`subjects.vllm.bridge.VllmSourceMismatch` on altered sources, so a
   vLLM regression of either fails the properties instead of passing silently.
+* The block-FP8 adapter pads a rank as vLLM's TP loader does (whole 128-blocks, zero weights, unit scales) and
+  reports a refined block grid as not served.
 * The known-failure ledger names only contracts, backends and checks that exist.
 """
 
@@ -20,20 +22,32 @@ import pytest
 import torch
 
 from adapters import triton_kernels as tk
+from backends.fp8_moe import Fp8MoeBackend
+from backends.fp8_tensor_moe import Fp8TensorMoeBackend
 from backends.mxfp4_linear import ASM_FORCE_TRITON_SCALE_ROWS, VLLM_GUARD_TABLE, AiterLinearPath
 from backends.mxfp4_moe import Mxfp4MoeBackend
 from backends.nvfp4_moe import Nvfp4MoeBackend
-from conformance import test_moe_sharding, test_mxfp4_linear, test_mxfp4_moe, test_nvfp4_moe, test_shared_expert
-from contracts.errors import UnsupportedConfig
+from conformance import (
+    test_fp8_moe,
+    test_moe_sharding,
+    test_mxfp4_linear,
+    test_mxfp4_moe,
+    test_nvfp4_moe,
+    test_shared_expert,
+)
+from conformance.layers import fp8_layer
+from contracts.errors import CheckpointNotServed, LibraryUnavailable, UnsupportedConfig
 from contracts.moe import MoeWeights
 from contracts.shared_expert import SharedExpertPlacement, SharedExpertRefused, SharedExpertSetup
 from reference.formats import MxScaleRounding
 from reference.layouts import Fc1Layout, aiter_shuffle_weight, grouped_gate_up_interleave, vllm_asm_scale_swizzle
+from strategies.moe import pinned_shape
 from strategies.shared_expert import shared_expert_case
 from subjects.registry import backends, contracts, resolve
 from subjects.vllm import nvfp4_moe as vllm_nvfp4_moe
 from subjects.vllm import shared_expert as vllm_shared_expert
-from subjects.vllm.bridge import MXFP4_BACKENDS, VllmSourceMismatch, vllm_modules
+from subjects.vllm.bridge import FP8_TENSOR_NOT_MAPPED, MXFP4_BACKENDS, VllmSourceMismatch, vllm_modules
+from subjects.vllm.fp8_moe import VllmFp8MoeAlignment, VllmFp8TensorMoeAlignment, stand_in_tp
 from subjects.vllm.ledger import VLLM_KNOWN_FAILURES, VLLM_SHARDING_FAILURES
 from subjects.vllm.mxfp4_linear import linear_path_quantizers, quantizers_from_source
 from subjects.vllm.mxfp4_moe import VllmMxfp4MoeAlignment, hopper_scale_groups, triton_kernel_format
@@ -53,13 +67,13 @@ ASM, TRITON = AiterLinearPath.ASM, AiterLinearPath.TRITON
 POLICY = VllmQwen3NextSharedExpert()
 
 
-FP8_CONTRACTS = {"fp8_moe", "fp8_tensor_moe", "mxfp8_linear"}
-"""Contracts whose vLLM paths (``Fp8MoEMethod``'s loader and ``process_weights_after_loading``) are not adapted."""
+NOT_ADAPTED = {"mxfp8_linear"}
+"""Contracts whose vLLM paths are not adapted (vLLM's MXFP8 linear preparation)."""
 
 
-def test_subject_implements_every_fp4_contract() -> None:
+def test_subject_implements_every_contract_but_mxfp8_linear() -> None:
     subject = resolve("vllm")
-    assert set(subject.policies) == set(contracts()) - FP8_CONTRACTS
+    assert set(subject.policies) == set(contracts()) - NOT_ADAPTED
     assert subject.policy("mxfp4_linear") is subject.policy("shared_expert")  # one unit: vLLM's own guard
     for contract, policy in subject.policies.items():
         assert isinstance(policy, contracts()[contract])
@@ -67,6 +81,7 @@ def test_subject_implements_every_fp4_contract() -> None:
 
 def test_known_failures_name_real_checks_and_backends() -> None:
     modules = {
+        "fp8_moe": test_fp8_moe,
         "nvfp4_moe": test_nvfp4_moe,
         "mxfp4_linear": test_mxfp4_linear,
         "shared_expert": test_shared_expert,
@@ -446,3 +461,43 @@ def test_gpt_oss_buffer_is_the_backends(backend: Mxfp4MoeBackend) -> None:
     want, _ = VllmMxfp4MoeAlignment().oracle_sizes(backend, _sharding_weights(1, 720, 32, Fc1Layout.GATE_UP, False))
     assert {s.weights.intermediate_size for s in shards} == {want}
     assert [(s.offset, s.real) for s in shards] == [(0, 736), (736, 736), (1472, 736), (2208, 672)]
+
+
+def test_stand_in_tp_makes_the_global_intermediate_whole_blocks() -> None:
+    assert [stand_in_tp(i) for i in (128, 256, 80, 96, 160, 16)] == [1, 1, 8, 4, 4, 8]
+    assert all(stand_in_tp(i) * i % 128 == 0 for i in range(16, 1024, 16))
+
+
+@pytest.mark.parametrize("backend", list(Fp8MoeBackend))
+def test_fp8_rank_of_partial_blocks_is_padded_by_the_tp_loader(backend: Fp8MoeBackend) -> None:
+    """Qwen3.8-Flash-Next at TP=8 (I 80 per rank, gcd(128, 80, H) = 16: no refinement): vLLM's block-aligned TP
+    loading (PR #55867) gives the rank one whole block, zero weights and unit scales past the real channels."""
+    shape = pinned_shape("qwen3.8-flash-next", 8)
+    ckpt = fp8_layer(shape).checkpoint
+    aligned = VllmFp8MoeAlignment().align_moe(backend, ckpt, gated=True)
+    w = aligned.weights
+    assert (aligned.intermediate_size, aligned.hidden_size) == (128, shape.hidden)
+    gate, up = w.w13.unflatten(1, (2, 128)).unbind(1)
+    ckpt_gate, ckpt_up = ckpt.w13.unflatten(1, (2, 80)).unbind(1)
+    assert torch.equal(gate[:, :80], ckpt_gate) and torch.equal(up[:, :80], ckpt_up)
+    assert not gate[:, 80:].any() and not up[:, 80:].any() and not w.w2[..., 80:].any()
+    assert torch.equal(w.w2[..., :80], ckpt.w2)
+    assert torch.equal(w.w13_scale, ckpt.w13_scale)  # one partial tile per half: the rank's own scales
+
+
+def test_fp8_triton_refinement_is_not_served() -> None:
+    """Qwen3-30B-A3B at TP=8 (I 96, gcd(128, 96, H) = 32): with --moe-backend triton vLLM refines the grid to
+    32x32 (refine_fp8_moe_block_shape) instead of padding; FLASHINFER_TRTLLM, which takes only 128x128, pads."""
+    ckpt = fp8_layer(pinned_shape("qwen3-30b-a3b", 8)).checkpoint
+    with pytest.raises(CheckpointNotServed, match=r"refines the block grid to \[32, 32\]"):
+        VllmFp8MoeAlignment().align_moe(Fp8MoeBackend.TRITON, ckpt, gated=True)
+    padded = VllmFp8MoeAlignment().align_moe(Fp8MoeBackend.FLASHINFER_TRTLLM, ckpt, gated=True)
+    assert padded.intermediate_size == 128
+
+
+def test_fp8_tensor_backends_are_skipped_with_their_reason() -> None:
+    ckpt = fp8_layer(pinned_shape("qwen3.8-flash-next", 8)).checkpoint
+    for backend in Fp8TensorMoeBackend:
+        with pytest.raises(LibraryUnavailable, match="trtllm_fp8_per_tensor_scale_moe"):
+            VllmFp8TensorMoeAlignment().align_moe(backend, ckpt, gated=True)
+        assert "staged" in FP8_TENSOR_NOT_MAPPED[backend]

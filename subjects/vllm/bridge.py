@@ -13,6 +13,10 @@ import importlib
 import importlib.util
 import types
 
+from backends.fp8_moe import CONTRACT as FP8_MOE
+from backends.fp8_moe import Fp8MoeBackend
+from backends.fp8_tensor_moe import CONTRACT as FP8_TENSOR_MOE
+from backends.fp8_tensor_moe import Fp8TensorMoeBackend
 from backends.mxfp4_linear import AiterLinearPath
 from backends.mxfp4_moe import CONTRACT as MXFP4_MOE
 from backends.mxfp4_moe import Mxfp4MoeBackend
@@ -95,6 +99,20 @@ def sharding_modules() -> types.SimpleNamespace:
     )
 
 
+@functools.cache
+def fp8_modules() -> types.SimpleNamespace:
+    """vLLM's block-FP8 MoE method, its oracle and FlashInfer preparation (:func:`sharding_modules` first)."""
+    sharding_modules()
+    return types.SimpleNamespace(
+        fp8=importlib.import_module("vllm.model_executor.layers.quantization.fp8"),
+        oracle=importlib.import_module("vllm.model_executor.layers.fused_moe.oracle.fp8"),
+        fiu=importlib.import_module("vllm.model_executor.layers.quantization.utils.flashinfer_utils"),
+        quant_utils=importlib.import_module("vllm.model_executor.layers.quantization.utils.quant_utils"),
+        distributed=importlib.import_module("vllm.distributed"),
+        triton_experts=importlib.import_module("vllm.model_executor.layers.fused_moe.experts.triton_moe"),
+    )
+
+
 NVFP4_BACKENDS: dict[Nvfp4MoeBackend, tuple[str, bool]] = {
     Nvfp4MoeBackend.FLASHINFER_TRTLLM: ("FLASHINFER_TRTLLM", False),
     Nvfp4MoeBackend.FLASHINFER_CUTLASS: ("FLASHINFER_CUTLASS", False),
@@ -132,6 +150,31 @@ MXFP4_NOT_MAPPED: dict[Mxfp4MoeBackend, str] = {}
 """The suite's MXFP4 MoE backends vLLM 0.33.0 has no member for: none (the ``moe_sharding`` adapter does not
 serve those its MXFP4 expert methods never select, :func:`subjects.vllm.sharding.selected_for_mxfp4_experts`)."""
 
+FP8_BACKENDS: dict[Fp8MoeBackend, tuple[str, str]] = {
+    Fp8MoeBackend.FLASHINFER_TRTLLM: ("FLASHINFER_TRTLLM", "flashinfer_trtllm"),
+    Fp8MoeBackend.TRITON: ("TRITON", "triton"),
+}
+"""The suite's block-FP8 MoE backends as vLLM's ``Fp8MoeBackend`` members and the ``--moe-backend`` value that
+asks for each (``map_fp8_backend``, ``fused_moe/oracle/fp8.py``). vLLM 0.33.0 runs both records' kernels:
+``TrtLlmFp8ExpertsMonolithic`` calls ``trtllm_fp8_block_scale_moe`` with ``Fp8QuantizationType.DeepSeekFp8``, and
+``TritonExperts`` the fused_moe Triton kernel with the layer's block shape."""
+
+FP8_NOT_MAPPED: dict[Fp8MoeBackend, str] = {}
+"""The suite's block-FP8 MoE backends vLLM 0.33.0 has no member for: none."""
+
+FP8_TENSOR_BACKENDS: dict[Fp8TensorMoeBackend, tuple[str, str]] = {}
+"""The suite's per-tensor FP8 MoE backends vLLM 0.33.0 runs: none (:data:`FP8_TENSOR_NOT_MAPPED`)."""
+
+FP8_TENSOR_NOT_MAPPED: dict[Fp8TensorMoeBackend, str] = {
+    Fp8TensorMoeBackend.FLASHINFER_TRTLLM_STAGED: (
+        "vLLM 0.33.0 never calls FlashInfer's staged per-tensor FP8 MoE (trtllm_moe_run_routing_fp8_per_tensor): "
+        "its FLASHINFER_TRTLLM per-tensor path is TrtLlmFp8ExpertsMonolithic, which calls the fused "
+        "flashinfer.fused_moe.trtllm_fp8_per_tensor_scale_moe (fused_moe/experts/trtllm_fp8_moe.py), a launcher "
+        "the suite has no record for"
+    ),
+}
+"""The suite's per-tensor FP8 MoE backends vLLM 0.33.0 cannot run, with the reason."""
+
 LINEAR_PATHS: dict[AiterLinearPath, bool] = {AiterLinearPath.ASM: True, AiterLinearPath.TRITON: False}
 """The suite's AITER linear paths as ``AiterMxfp4LinearKernel.use_asm_gemm`` after
 ``process_weights_after_loading``, which ``apply_weights`` passes as ``gemm_with_dynamic_quant``'s
@@ -141,12 +184,14 @@ BACKEND_MAPS: dict[str, BackendMap] = {
     NVFP4_MOE: BackendMap(NVFP4_BACKENDS, NVFP4_NOT_MAPPED),
     MXFP4_MOE: BackendMap(MXFP4_BACKENDS, MXFP4_NOT_MAPPED),
     MXFP4_LINEAR: BackendMap(LINEAR_PATHS, {}),
+    FP8_MOE: BackendMap(FP8_BACKENDS, FP8_NOT_MAPPED),
+    FP8_TENSOR_MOE: BackendMap(FP8_TENSOR_BACKENDS, FP8_TENSOR_NOT_MAPPED),
 }
 """Every backend record of the contracts the ``vllm`` subject implements, mapped or not (``shared_expert`` and
 ``moe_sharding`` have no backend records of their own; ``moe_sharding`` loads under the MoE ones)."""
 
 
-def not_mapped(backend: Nvfp4MoeBackend | Mxfp4MoeBackend) -> str:
+def not_mapped(backend: Nvfp4MoeBackend | Mxfp4MoeBackend | Fp8MoeBackend | Fp8TensorMoeBackend) -> str:
     """Why the ``vllm`` subject does not run ``backend`` (:data:`BACKEND_MAPS`; a backend it neither maps nor
     explains raises :class:`~subjects.engine_tools.UnmappedBackend`)."""
     return not_mapped_reason(BACKEND_MAPS, backend, "the vllm subject")

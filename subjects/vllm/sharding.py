@@ -342,7 +342,10 @@ QUARK_BACKEND = Mxfp4MoeBackend.AITER
 """The MXFP4 backend Quark OCP-MX checkpoints load under when none is given (an MI350x's W4A4: ``ru(I/tp, 128)``)."""
 
 
-FP8_NOT_ADAPTED = "this adapter loads FP4 checkpoints only: vLLM 0.33.0's block-FP8 MoE loader is not adapted"
+FP8_NOT_ADAPTED = (
+    "this adapter loads FP4 checkpoints only: vLLM 0.33.0's block-FP8 MoE loader is driven for one rank by the "
+    "fp8_moe adapter (subjects/vllm/fp8_moe.py), not for a TP x EP grid"
+)
 """Why a block-FP8 checkpoint is not served here (recorded by the properties as not served, not judged)."""
 
 

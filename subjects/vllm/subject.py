@@ -18,13 +18,21 @@ docstring:
   ``mxfp4_round_up_hidden_size_and_intermediate_size``; placement from the suite);
 * ``moe_sharding``: :class:`subjects.vllm.sharding.VllmMoeSharding` (vLLM's MoE weight loaders for
   every rank: ``RoutedExperts.weight_loader`` for ModelOpt NVFP4 and Quark OCP-MX MXFP4 experts,
-  ``GptOssModel._load_weights_mxfp4`` for gpt-oss's fused row-interleaved MXFP4 experts).
+  ``GptOssModel._load_weights_mxfp4`` for gpt-oss's fused row-interleaved MXFP4 experts);
+* ``fp8_moe``: :class:`VllmFp8MoeAlignment` (``Fp8MoEMethod``'s block-shape resolution, ``create_weights``,
+  ``RoutedExperts.weight_loader`` and ``process_weights_after_loading`` for one rank);
+* ``fp8_tensor_moe``: :class:`VllmFp8TensorMoeAlignment`, which skips: vLLM never calls the staged per-tensor
+  launcher the contract's one record is.
+
+Not adapted: ``mxfp8_linear``.
 
 Upstream bugs of vLLM 0.33.0 that properties catch are listed in :data:`subjects.vllm.ledger.VLLM_KNOWN_FAILURES`.
 """
 
 from __future__ import annotations
 
+from backends.fp8_moe import CONTRACT as FP8_MOE
+from backends.fp8_tensor_moe import CONTRACT as FP8_TENSOR_MOE
 from backends.mxfp4_moe import CONTRACT as MXFP4_MOE
 from backends.nvfp4_moe import CONTRACT as NVFP4_MOE
 from contracts.moe_sharding import CONTRACT as MOE_SHARDING
@@ -32,6 +40,7 @@ from contracts.mxfp4_linear import CONTRACT as MXFP4_LINEAR
 from contracts.shared_expert import CONTRACT as SHARED_EXPERT
 from subjects.registry import Subject, register_subject
 from subjects.vllm.bridge import vllm_missing
+from subjects.vllm.fp8_moe import VllmFp8MoeAlignment, VllmFp8TensorMoeAlignment
 from subjects.vllm.ledger import VLLM_KNOWN_FAILURES, VLLM_SHARDING_FAILURES
 from subjects.vllm.mxfp4_moe import VllmMxfp4MoeAlignment
 from subjects.vllm.nvfp4_moe import VllmNvfp4MoeAlignment
@@ -50,6 +59,8 @@ register_subject(
             SHARED_EXPERT: _SHARED_AND_LINEAR,
             MXFP4_MOE: VllmMxfp4MoeAlignment(),
             MOE_SHARDING: VllmMoeSharding(),
+            FP8_MOE: VllmFp8MoeAlignment(),
+            FP8_TENSOR_MOE: VllmFp8TensorMoeAlignment(),
         },
         known_failures=VLLM_KNOWN_FAILURES + VLLM_SHARDING_FAILURES,
         missing=vllm_missing,
