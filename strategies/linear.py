@@ -208,7 +208,7 @@ GUARD_RULES = ("rows", "cols", "forced rows")
 and ``cols % 8``, and the row counts vLLM forces to Triton (96)."""
 
 
-_ROWS = boundary_sizes(unit=1, moduli=moduli_for(ROWS_RULE), sides=GUARD_SIDES)
+_ROWS = boundary_sizes(unit=1, moduli=moduli_for(ROWS_RULE), special=SPECIAL_SIZES[ROWS_RULE], sides=GUARD_SIDES)
 _COLS = boundary_sizes(unit=1, moduli=(RULE_MODULI[COLS_RULE], ()), max_multiple=64, sides=GUARD_SIDES)
 """Columns around multiples of the cols rule's own divisor 8 only, half-way one time in two
 (:data:`~strategies.boundaries.GUARD_SIDES`): a weaker rule ``cols % d`` (``d`` = 4, 2, 1) disagrees with it
@@ -225,7 +225,8 @@ def guard_boundary_scales(draw: st.DrawFn) -> tuple[int, int]:
     the others hold.
 
     ``rows``: rows on, one off and half-way between multiples of 32 and the powers of two up to
-    256 (:func:`strategies.boundaries.boundary_sizes`), cols a multiple of 8; ``cols``: cols around
+    256 (:func:`strategies.boundaries.boundary_sizes`, sides as :data:`~strategies.boundaries.GUARD_SIDES`),
+    or a row count a rule singles out (96), cols a multiple of 8; ``cols``: cols around
     multiples of 8 (:data:`_COLS`: ``cols ≡ 4 (mod 8)`` one time in two), rows a multiple of 32;
     ``forced rows``: a row count vLLM sends to Triton (96), cols a multiple of 8 (so only that rule
     decides). Shrinks to the ``rows`` rule at 32 rows, 8 columns.
