@@ -68,6 +68,12 @@ class where a rule reading ``m`` and one reading ``m/2`` disagree (a guard check
 for ``% 8``, a padding to 64 for 128: the commonest wrong rule among the known-bad subjects), while
 on / one off the boundary only separate ``m`` from its multiples and from any rule at all."""
 
+GUARD_SIDES = ("at", "half", "below", "half", "above", "half")
+""":data:`WHERE` as a divisibility guard's own divisor is drawn: half-way one time in two. A guard
+``x % m == 0`` and a weaker one ``x % d == 0`` (``d`` a proper divisor of ``m``) disagree on the multiples of
+``d`` that ``m`` does not divide; the half-way class ``k·m + m/2`` is one of them for every ``d``, one off
+a multiple (``k·m ± 1``) only for ``d = 1`` (no check at all)."""
+
 
 def moduli_for(rule: str, *, unit: int = 1, scale: int = 1) -> tuple[tuple[int, ...], tuple[int, ...]]:
     """``(rule's own moduli times scale, generic moduli)`` that are multiples of ``unit``."""
@@ -88,13 +94,14 @@ def boundary_sizes(
     moduli: tuple[Sequence[int], Sequence[int]],
     max_multiple: int = 4,
     special: Sequence[int] = (),
+    sides: Sequence[str] = SIDES,
 ) -> st.SearchStrategy[int]:
     """Positive multiples of ``unit`` on, next to and half-way between multiples of a modulus.
 
     ``moduli`` is ``(rule's own, generic)`` (:func:`moduli_for`); a modulus ``m`` is drawn from
     the rule's own half of the time, so each rule's boundary is hit often. With a multiple ``k``
-    in ``[1, max_multiple]`` and a side in :data:`WHERE` (drawn as :data:`SIDES`: half-way two
-    times in five) the size is :func:`straddle` of them;
+    in ``[1, max_multiple]`` and a side in :data:`WHERE` (drawn from ``sides``, by default :data:`SIDES`:
+    half-way two times in five) the size is :func:`straddle` of them;
     ``special`` sizes are drawn as they are. Shrinks to the rule's smallest modulus, ``k = 1``
     and the size on the boundary (``m`` itself), then to the nearest side that still fails: a
     counterexample reads as "one unit below 2·128".
@@ -103,5 +110,5 @@ def boundary_sizes(
     if unit < 1 or max_multiple < 1 or not (own or generic) or any(m % unit for m in own + generic):
         raise ValueError(f"boundary_sizes: unit {unit}, moduli {own + generic} must be positive multiples of unit")
     modulus = st.one_of(*(st.sampled_from(ms) for ms in (own, generic) if ms))
-    sizes = st.builds(straddle, st.just(unit), modulus, st.integers(1, max_multiple), st.sampled_from(SIDES))
+    sizes = st.builds(straddle, st.just(unit), modulus, st.integers(1, max_multiple), st.sampled_from(tuple(sides)))
     return st.one_of(sizes, st.sampled_from(tuple(special))) if special else sizes

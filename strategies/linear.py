@@ -27,7 +27,7 @@ import torch
 from hypothesis import strategies as st
 
 from reference.formats import MXFP4_BLOCK
-from strategies.boundaries import SPECIAL_SIZES, boundary_sizes, moduli_for
+from strategies.boundaries import GUARD_SIDES, RULE_MODULI, SPECIAL_SIZES, boundary_sizes, moduli_for
 from strategies.catalog import MODELS, TP_DEGREES, Parallel
 from strategies.config import Config
 from strategies.moe import reduce_size
@@ -204,24 +204,30 @@ def _catalog_shape(draw: st.DrawFn, layers: list[LinearLayer], tp: int | None) -
 
 ROWS_RULE, COLS_RULE = "mxfp4_linear.scale_rows", "mxfp4_linear.scale_cols"
 GUARD_RULES = ("rows", "cols", "forced rows")
-"""The ASM guard's rules a drawn scale shape straddles: the swizzle's ``rows % 32`` and
-``cols % 8``, and the row counts vLLM forces to Triton."""
+"""The ASM guard's rules a drawn scale shape straddles, drawn equally often: the swizzle's ``rows % 32``
+and ``cols % 8``, and the row counts vLLM forces to Triton (96)."""
 
 
-_ROWS = boundary_sizes(unit=1, moduli=moduli_for(ROWS_RULE), special=SPECIAL_SIZES[ROWS_RULE])
-_COLS = boundary_sizes(unit=1, moduli=moduli_for(COLS_RULE))
+_ROWS = boundary_sizes(unit=1, moduli=moduli_for(ROWS_RULE), special=SPECIAL_SIZES[ROWS_RULE], sides=GUARD_SIDES)
+_COLS = boundary_sizes(unit=1, moduli=(RULE_MODULI[COLS_RULE], ()), max_multiple=64, sides=GUARD_SIDES)
+"""Columns around multiples of the cols rule's own divisor 8 only, half-way one time in two
+(:data:`~strategies.boundaries.GUARD_SIDES`): a weaker rule ``cols % d`` (``d`` = 4, 2, 1) disagrees with it
+on ``cols ≡ 4 (mod 8)`` whatever ``d`` is, and on the odd columns one off a multiple when ``d = 1``; a
+stricter rule ``cols % 16 … % 256`` on ``8·k`` for odd ``k``, which the multiples ``k <= 64`` hit (up to
+512 columns). The generic moduli would only take draws from the half-way class."""
 _WHOLE_ROWS = st.integers(1, 64).map(lambda a: 32 * a)
 _WHOLE_COLS = st.integers(1, 64).map(lambda a: 8 * a)
 
 
 @st.composite
 def guard_boundary_scales(draw: st.DrawFn) -> tuple[int, int]:
-    """A 2-D scale shape ``(rows, cols)`` straddling one rule of the ASM guard while the others hold.
+    """A 2-D scale shape ``(rows, cols)`` straddling one rule of the ASM guard (:data:`GUARD_RULES`) while
+    the others hold.
 
     ``rows``: rows on, one off and half-way between multiples of 32 and the powers of two up to
-    256 (:func:`strategies.boundaries.boundary_sizes`), or a row count a rule singles out (96), cols
-    a multiple of 8; ``cols``: cols
-    likewise around multiples of 8 (``cols ≡ 4 (mod 8)`` included), rows a multiple of 32;
+    256 (:func:`strategies.boundaries.boundary_sizes`, sides as :data:`~strategies.boundaries.GUARD_SIDES`),
+    or a row count a rule singles out (96), cols a multiple of 8; ``cols``: cols around
+    multiples of 8 (:data:`_COLS`: ``cols ≡ 4 (mod 8)`` one time in two), rows a multiple of 32;
     ``forced rows``: a row count vLLM sends to Triton (96), cols a multiple of 8 (so only that rule
     decides). Shrinks to the ``rows`` rule at 32 rows, 8 columns.
     """
@@ -276,10 +282,11 @@ class ScaleShapeCase(Config):
         return f"scale shape {tuple(self.shape)} ({self.origin})"
 
 
-SCALE_SHAPE_KINDS = ("layer", "boundary", "boundary", "boundary", "not-2-D")
+SCALE_SHAPE_KINDS = ("layer", "boundary", "boundary", "boundary", "boundary", "boundary", "boundary", "not-2-D")
 """Where a guard's scale shape comes from, drawn with ``sampled_from`` (``integers`` over the
-indices favours the ends): three in five on the guard's boundaries (:func:`guard_boundary_scales`),
-one rank-local layer (:func:`linear_shapes`: catalogued and adversarial), one not 2-D."""
+indices favours the ends): six in eight on the guard's boundaries (:func:`guard_boundary_scales`: three
+rules, each wrong variant of which differs on one residue class, share them), one rank-local layer
+(:func:`linear_shapes`: catalogued and adversarial), one not 2-D (one branch of the guard)."""
 
 
 @st.composite

@@ -3,7 +3,8 @@
 The intermediate size is the model's global one (catalogued models at TP ∈ {1, 2, 4, 8, 16}) or
 adversarial: a whole number of groups, drawn so that even splits cut groups, ranks hold less
 than one group, and the last ranks of a whole-block split are short or empty (2-4 groups per rank
-make a short last non-empty rank likely). The hidden size (which the split does not touch) and the
+make a short last non-empty rank likely; :func:`short_last_rank_groups` makes it certain, one draw of
+the adversarial group counts in four). The hidden size (which the split does not touch) and the
 expert count follow the example's :class:`~strategies.moe.Scale`, drawn first:
 
 * ``REDUCED`` (half the examples): the hidden size reduced as in :mod:`strategies.moe` (adversarial:
@@ -136,6 +137,17 @@ class ShardingConfig(Config):
         )
 
 
+def short_last_rank_groups(tp: int) -> st.SearchStrategy[int]:
+    """Group counts ``G`` whose whole-block split over ``tp`` ranks leaves the last rank short but not empty:
+    ``G = (tp - 1)·q + s`` with ``q`` groups per full rank (2 ≤ ``q`` ≤ min(4, tp)) and ``s`` in
+    ``[1, q - 1]``, so ``cdiv(G, tp) = q`` and the last rank holds ``s < q`` groups (the ranks where a
+    loader's padding of a fused ``[gate; up]`` block lands at its end, vLLM #55649). ``tp = 1`` has no
+    split: any of 1-4 groups. Shrinks to ``q = 2``, ``s = 1``."""
+    if tp == 1:
+        return st.integers(1, 4)
+    return st.integers(2, min(4, tp)).flatmap(lambda q: st.integers(1, q - 1).map(lambda s: (tp - 1) * q + s))
+
+
 @st.composite
 def sharding_configs(draw: st.DrawFn, block: int) -> ShardingConfig:
     """A :class:`ShardingConfig` of ``block``-element groups, no backend yet (honours ``--model`` / ``--tp`` /
@@ -148,8 +160,11 @@ def sharding_configs(draw: st.DrawFn, block: int) -> ShardingConfig:
     if pin.model is None and draw(st.booleans()):
         name, hidden = "adversarial", 32 * draw(st.integers(1, 16))
         # groups: up to two per rank (ranks smaller than a group, empty last ranks), 2-4 per rank (a
-        # whole-block split whose last non-empty rank is short), or any count up to 64
-        groups = st.one_of(st.integers(1, 2 * tp), st.integers(tp + 1, 4 * tp), st.integers(1, 64))
+        # whole-block split whose last non-empty rank is often short), a short last rank for certain
+        # (short_last_rank_groups), or any count up to 64
+        groups = st.one_of(
+            st.integers(1, 2 * tp), st.integers(tp + 1, 4 * tp), short_last_rank_groups(tp), st.integers(1, 64)
+        )
         intermediate = block * draw(groups)
         activation = draw(st.sampled_from(ACTIVATIONS))
         real_hidden = draw(st.sampled_from(HIDDEN_SIZES)) if scale is Scale.FULL_WIDTH else hidden
