@@ -140,13 +140,13 @@ def test_deal_spreads_the_head_over_the_workers() -> None:
 
 
 class _Item:
-    """A stand-in for a pytest item: a name and its ``long`` marker, if any."""
+    """A stand-in for a pytest item: a name and its ``long`` or ``late`` marker, if any."""
 
-    def __init__(self, name: str, long: pytest.MarkDecorator | None = None) -> None:
-        self.name, self.marker = name, long.mark if long else None
+    def __init__(self, name: str, marker: pytest.MarkDecorator | None = None) -> None:
+        self.name, self.marker = name, marker.mark if marker else None
 
     def get_closest_marker(self, name: str) -> pytest.Mark | None:
-        return self.marker if name == "long" else None
+        return self.marker if self.marker is not None and self.marker.name == name else None
 
 
 def test_long_tests_lead_longest_first_and_the_rest_keep_their_order() -> None:
@@ -161,3 +161,10 @@ def test_long_tests_lead_longest_first_and_the_rest_keep_their_order() -> None:
     ]
     assert [i.name for i in scheduling.long_first(items)] == ["e", "b", "f", "d", "a", "c"]
     assert [scheduling.expected_seconds(i) for i in items] == [None, 5.0, None, 0.0, 20.0, 5.0]
+
+
+def test_late_tests_follow_the_rest() -> None:
+    """A test reading a long test's runs (``late``) comes after every other test, in its own order."""
+    late, long = pytest.mark.late, pytest.mark.long
+    items = [_Item("a", late), _Item("b"), _Item("c", long(9)), _Item("d", late), _Item("e")]
+    assert [i.name for i in scheduling.long_first(items)] == ["c", "b", "e", "a", "d"]
