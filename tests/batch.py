@@ -105,7 +105,7 @@ def shared(
 
     base = factory.getbasetemp()
     if os.environ.get("PYTEST_XDIST_WORKER"):
-        base = base.parent  # the session's folder, above each worker's own
+        base = base.parent  # the run's temporary folder, above each worker's own
     folder = base / f"batch-{name}"
     with FileLock(str(folder) + ".lock"):
         done = folder / "done.json"
