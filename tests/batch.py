@@ -83,10 +83,10 @@ def run_all(runs: Mapping[str, Run], folder: Path, timeout: float = 1800) -> dic
     for entry in spec:
         out = Path(entry["out"])
         status = out / "returncode"
-        if not status.exists():
-            raise RuntimeError(
-                f"batch run {entry['name']} left no exit status:\n{driver.stdout[-3000:]}{driver.stderr}"
-            )
+        if not status.exists():  # the batch process died before this run ended: each test reading it fails
+            why = f"no exit status: the batch process ended with {driver.returncode}\n{driver.stderr[-3000:]}"
+            results[entry["name"]] = Ran(-1, driver.stdout[-3000:], why)
+            continue
         results[entry["name"]] = Ran(
             int(status.read_text()),
             (out / "stdout").read_text(errors="replace"),
