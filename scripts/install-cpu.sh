@@ -16,7 +16,19 @@ case "${2:-}" in
   --copy) suite=(.) ;;
   *) echo "usage: scripts/install-cpu.sh [VENV_DIR] [--copy]" >&2 && exit 2 ;;
 esac
-[ -x "$venv/bin/python" ] || python3 -m venv "$venv"
+# FP4_SEED_VENV=DIR (.ci/run sets it to the checkout's .venv once that is installed): a new venv starts from DIR's
+# packages (scripts/seed-venv.sh), so the pins below are already satisfied and torch is not unpacked again;
+# a copy (--copy) then drops what only the dev extra installs.
+if [ ! -x "$venv/bin/python" ]; then
+  python3 -m venv "$venv"
+  if [ -n "${FP4_SEED_VENV:-}" ]; then
+    scripts/seed-venv.sh "$FP4_SEED_VENV" "$venv"
+    if [ "${2:-}" = --copy ]; then
+      mapfile -t dev_only < <("$FP4_SEED_VENV/bin/python" scripts/extra_only.py dev)
+      "$venv/bin/python" -m pip uninstall -q -y "${dev_only[@]}"
+    fi
+  fi
+fi
 pip=("$venv/bin/python" -m pip install -q --disable-pip-version-check)
 "${pip[@]}" "torch==2.13.0" || "${pip[@]}" "torch==2.13.0" --index-url https://download.pytorch.org/whl/cpu
 "${pip[@]}" "${suite[@]}"

@@ -3,12 +3,17 @@
 #   Builds a venv (default /tmp/pf-fi072) with torch 2.13.0 CPU as scripts/install-cpu.sh installs it,
 #   this checkout editable, flashinfer-python 0.7.2.post1 and amd-aiter 0.1.7.post2.dev18 without their
 #   GPU dependencies, then runs `python -m harness.preflight` for every hardware target.
-#   An existing venv is reused (only the pinned packages are re-checked).
+#   An existing venv is reused (only the pinned packages are re-checked); with FP4_SEED_VENV set, a new one starts
+#   from that venv's packages (scripts/seed-venv.sh) instead of installing torch again.
 # usage: scripts/preflight-pinned.sh [VENV_DIR]
 set -euo pipefail
 cd "$(dirname "$0")/.."
 venv="${1:-/tmp/pf-fi072}"
-[ -x "$venv/bin/python" ] || python3 -m venv "$venv"
+if [ ! -x "$venv/bin/python" ]; then
+  python3 -m venv "$venv"
+  # FP4_SEED_VENV: start from that venv's packages, as scripts/install-cpu.sh does
+  [ -z "${FP4_SEED_VENV:-}" ] || scripts/seed-venv.sh "$FP4_SEED_VENV" "$venv"
+fi
 pip=("$venv/bin/python" -m pip install -q --disable-pip-version-check)
 "${pip[@]}" "torch==2.13.0" || "${pip[@]}" "torch==2.13.0" --index-url https://download.pytorch.org/whl/cpu
 "${pip[@]}" -e .

@@ -5,8 +5,12 @@ from __future__ import annotations
 import subprocess
 import sys
 from pathlib import Path
+from types import SimpleNamespace
+
+import pytest
 
 from bench import scaling
+from harness import workers
 
 
 def test_default_worker_counts_double_up_to_auto() -> None:
@@ -43,6 +47,7 @@ def _run(wall: float, outcome: str = "passed", examples: int = 25) -> dict:
         "records": [{"worker": "gw0", "threads": 4, "cores": 16, "startup_s": 3.0}],
         "outcomes": {"t::a": outcome},
         "longest": [("t::a", 2.0)],
+        "costliest": [("t::a", 3.5, 2.0)],
         "examples": {"t::a": examples},
         "stats": {"t::a": {"examples": examples, "seconds": 2.0}},
     }
@@ -69,10 +74,32 @@ def test_rows_compare_with_the_first_run_and_render() -> None:
     assert "| auto | 1 x 4 | 20.0 | 40.0 | 0.5 | 5.0x" in text and "| NO |" in text
     assert "| `t::a` | 25 | 2.0 | 12.5 |" in text
     assert "| `t::a` | 4.0 | 12.5 | 3.12x |" in text
+    assert "| `t::a` | 3.5 | 2.0 |" in text  # the most CPU: test, CPU s, wall s
 
 
-def test_children_cpu_counts_a_finished_child() -> None:
-    before = scaling.children_cpu()
+def test_costliest_reads_each_tests_cpu_property(tmp_path: Path) -> None:
+    junit = tmp_path / "junit.xml"
+    prop = '<properties><property name="cpu_s" value="{}" /></properties>'
+    junit.write_text(
+        '<testsuites><testsuite name="pytest">'
+        f'<testcase classname="t" name="a" time="1.0">{prop.format(0.5)}</testcase>'
+        f'<testcase classname="t" name="b" time="2.0">{prop.format(4.25)}</testcase>'
+        '<testcase classname="t" name="c" time="9.0"/>'
+        "</testsuite></testsuites>"
+    )
+    assert scaling.costliest(junit) == [("t::b", 4.2, 2.0), ("t::a", 0.5, 1.0)]
+
+
+def test_each_test_reports_its_cpu_seconds() -> None:
+    """The teardown report carries the CPU seconds since the test's setup, a waited-for child's included
+    (``harness.workers``' report hook, driven as pytest drives a hook wrapper)."""
+    item, report = SimpleNamespace(stash=pytest.Stash()), SimpleNamespace(user_properties=[])
+    workers.pytest_runtest_setup(item)
     burn = "import time\nend = time.process_time() + 0.3\nwhile time.process_time() < end: pass"
     subprocess.run([sys.executable, "-c", burn], check=True, timeout=60)
-    assert scaling.children_cpu() - before >= 0.25
+    hook = workers.pytest_runtest_makereport(item, SimpleNamespace(when="teardown"))
+    next(hook)
+    with pytest.raises(StopIteration):
+        hook.send(SimpleNamespace(get_result=lambda: report))
+    ((name, cpu),) = report.user_properties
+    assert name == "cpu_s" and cpu >= 0.25

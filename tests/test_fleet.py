@@ -8,6 +8,7 @@ makes its absence a failure, so CI cannot pass them by skipping. Two simulated h
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import os
 import shutil
@@ -23,6 +24,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from harness import database, report, shard
+from tests import batch
 from tests.test_plugin import in_parallel
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -30,17 +32,49 @@ PROBE = "tests.fleet_probe:SUBJECT"
 PROPERTY = ["conformance/test_nvfp4_moe.py", "-k", "padding_invariance", "--backend", "flashinfer-trtllm"]
 
 
-def run_host(workdir: Path, *args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
+def host_run(workdir: Path, *args: str) -> batch.Run:
     """One simulated host: ``python -m pytest`` on this checkout from its own working directory."""
     workdir.mkdir(parents=True, exist_ok=True)
     path = os.pathsep.join(p for p in (str(ROOT), os.environ.get("PYTHONPATH")) if p)  # keep the host's libraries
-    full_env = {**os.environ, "PYTHONPATH": path, **(env or {})}
+    full_env = {**os.environ, "PYTHONPATH": path}
     for var in ("PYTEST_XDIST_WORKER", "FP4_PROFILE", "FP4_DB", "CI"):
         full_env.pop(var, None)
-    cmd = [sys.executable, "-m", "pytest", "--rootdir", str(ROOT), "-c", str(ROOT / "pyproject.toml")]
+    cmd = ["--rootdir", str(ROOT), "-c", str(ROOT / "pyproject.toml")]
     cmd += ["-p", "no:cacheprovider", "-q", "--results", str(workdir / "results")]
     cmd += [str(ROOT / a) if a.endswith(".py") or a in ("conformance", "tests") else a for a in args]
-    return subprocess.run(cmd, cwd=workdir, env=full_env, capture_output=True, text=True, timeout=900)
+    return batch.Run(cmd, cwd=workdir, env=full_env)
+
+
+def run_host(workdir: Path, *args: str) -> subprocess.CompletedProcess[str]:
+    """:func:`host_run` in its own process (hosts that must run at once, or between the test's checks)."""
+    run = host_run(workdir, *args)
+    cmd = [sys.executable, "-m", "pytest", *run.args]
+    return subprocess.run(cmd, cwd=run.cwd, env=dict(run.env), capture_output=True, text=True, timeout=900)
+
+
+SHARD_HOSTS = {"all": ()} | {f"s{i}": ("--shard", f"{i}/3") for i in range(3)}
+TWO = ["conformance/test_nvfp4_moe.py", "-k", "padding_invariance or gate_up_layout", "--backend"]
+
+
+def make_runs(folder: Path) -> dict[str, batch.Run]:
+    """This module's hosts that run on their own (:mod:`tests.batch`: one process, each host its own folder)."""
+    runs = {name: host_run(folder / name, "conformance", "--collect-only", *args) for name, args in SHARD_HOSTS.items()}
+    runs["bad-shard"] = host_run(folder / "bad-shard", "conformance", "--collect-only", "--shard", "3/3")
+    if importlib.util.find_spec("redis") is not None:
+        runs["unreachable"] = host_run(folder / "unreachable", *PROPERTY, "--hypothesis-profile", "nightly",
+                                       "--fp4-db", f"redis://127.0.0.1:{_free_port()}/0")  # fmt: skip
+    for i in range(2):
+        host = folder / f"shard{i}"
+        runs[f"shard{i}"] = host_run(host, *TWO, "flashinfer-trtllm", "--subject", "bad-end-padding",
+                                     "--hypothesis-profile", "ci", "--shard", f"{i}/2", "--junitxml",
+                                     str(host / "results" / "junit.xml"))  # fmt: skip
+    return runs
+
+
+@pytest.fixture(scope="module")
+def runs(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, dict[str, batch.Ran]]:
+    """:func:`make_runs`' hosts, run once per session: their folder and results."""
+    return batch.shared(tmp_path_factory, "fleet", make_runs)
 
 
 # --- shards ---------------------------------------------------------------------------------
@@ -60,30 +94,21 @@ def test_bad_shard_is_refused(text: str) -> None:
         shard.parse_shard(text)
 
 
-def _collected(result: subprocess.CompletedProcess[str]) -> list[str]:
+def _collected(result: batch.Ran) -> list[str]:
     return [line for line in result.stdout.splitlines() if "::" in line]
 
 
-@pytest.mark.long(82)
-def test_shards_of_the_real_suite_cover_it_once(tmp_path: Path) -> None:
-    full, *parts = map(
-        _collected,
-        in_parallel(
-            lambda: run_host(tmp_path / "all", "conformance", "--collect-only"),
-            *[
-                lambda i=i: run_host(tmp_path / f"s{i}", "conformance", "--collect-only", "--shard", f"{i}/3")
-                for i in range(3)
-            ],
-        ),
-    )
+@pytest.mark.long(90)  # the first test of this module's batch (the rest read it)
+def test_shards_of_the_real_suite_cover_it_once(runs: tuple[Path, dict[str, batch.Ran]]) -> None:
+    full, *parts = (_collected(runs[1][name]) for name in SHARD_HOSTS)
     assert full and sorted(p for part in parts for p in part) == sorted(full)
     sizes = [len(p) for p in parts]
     assert max(sizes) <= 1.25 * min(sizes), sizes
 
 
-@pytest.mark.long(60)
-def test_bad_shard_option_is_a_usage_error(tmp_path: Path) -> None:
-    result = run_host(tmp_path, "conformance", "--collect-only", "--shard", "3/3")
+@pytest.mark.late
+def test_bad_shard_option_is_a_usage_error(runs: tuple[Path, dict[str, batch.Ran]]) -> None:
+    result = runs[1]["bad-shard"]
     assert result.returncode == 4 and "--shard '3/3'" in result.stderr, result.stderr[-2000:]
 
 
@@ -148,13 +173,13 @@ def _free_port() -> int:
         return s.getsockname()[1]
 
 
-@pytest.mark.long(47)
-def test_unreachable_redis_is_a_usage_error(tmp_path: Path) -> None:
+@pytest.mark.late
+def test_unreachable_redis_is_a_usage_error(runs: tuple[Path, dict[str, batch.Ran]]) -> None:
     pytest.importorskip("redis", reason="needs the redis client (pip install 'hypothesis[redis]')")
     url = f"redis://127.0.0.1:{_free_port()}/0"
     with pytest.raises(database.DatabaseError, match="does not answer"):
         database.open_database(url)
-    result = run_host(tmp_path, *PROPERTY, "--hypothesis-profile", "nightly", "--fp4-db", url)
+    result = runs[1]["unreachable"]  # a host given another free port's URL (:func:`make_runs`)
     assert result.returncode == 4 and "does not answer" in result.stderr, result.stderr[-2000:]
 
 
@@ -244,17 +269,11 @@ def test_two_hosts_share_failures_through_redis(tmp_path: Path, redis_url: str) 
 # --- merged report ---------------------------------------------------------------------------
 
 
-@pytest.mark.long(63)
-def test_merged_report_of_two_failing_shards(tmp_path: Path) -> None:
-    """Two shards of a known-bad subject (one failing property each) merge into one report of both."""
-    two = ["conformance/test_nvfp4_moe.py", "-k", "padding_invariance or gate_up_layout", "--backend"]
-    hosts = [tmp_path / f"shard{i}" for i in range(2)]
-    runs = in_parallel(
-        *[lambda i=i, host=host: run_host(host, *two, "flashinfer-trtllm", "--subject", "bad-end-padding",
-                                          "--hypothesis-profile", "ci", "--shard", f"{i}/2", "--junitxml",
-                                          str(host / "results" / "junit.xml")) for i, host in enumerate(hosts)]
-    )  # fmt: skip
-    for result in runs:
+@pytest.mark.late
+def test_merged_report_of_two_failing_shards(tmp_path: Path, runs: tuple[Path, dict[str, batch.Ran]]) -> None:
+    """Two shards of a known-bad subject (one failing property each, :func:`make_runs`) merge into one report."""
+    hosts = [runs[0] / f"shard{i}" for i in range(2)]
+    for result in (runs[1]["shard0"], runs[1]["shard1"]):
         assert result.returncode == 1, result.stdout[-3000:] + result.stderr[-2000:]
     dirs = [host / "results" for host in hosts]
     merged = report.merge(dirs)

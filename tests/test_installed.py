@@ -91,3 +91,20 @@ def test_a_checkout_with_the_entry_points_installed_registers_each_plugin_once(i
     ran = _run([sys.executable, "-m", "pytest", *args], ROOT, installed)
     assert ran.returncode == 0, ran.stdout[-3000:] + ran.stderr[-2000:]
     assert f"fp4-conformance-{_version(installed)}" in ran.stdout
+
+
+def test_a_copy_seeded_from_the_dev_venv_drops_what_only_the_dev_extra_installs() -> None:
+    """``scripts/extra_only.py dev`` names the dev extra's packages (its ``hypothesis[redis]`` included) and none
+    that ``pip install .`` needs: ``scripts/install-cpu.sh --copy`` removes them from a seeded venv."""
+    from importlib.metadata import PackageNotFoundError, requires
+
+    try:
+        requires("fp4-conformance")
+    except PackageNotFoundError:
+        pytest.skip("the suite is not installed in this interpreter (scripts/install-cpu.sh)")
+    spec = importlib.util.spec_from_file_location("extra_only", ROOT / "scripts" / "extra_only.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    dev_only = module.extra_only("dev")
+    assert {"ml-dtypes", "ruff", "redis"} <= set(dev_only), dev_only
+    assert not {"torch", "numpy", "hypothesis", "pytest", "pytest-xdist"} & set(dev_only), dev_only

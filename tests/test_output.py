@@ -8,7 +8,6 @@ properties (collection only where the header and the selection are under test).
 from __future__ import annotations
 
 import json
-import os
 import subprocess
 import sys
 from importlib import metadata
@@ -23,17 +22,40 @@ from harness import database, hardware, plugin, profiles, progress, records, rep
 from strategies.pins import Pin, set_pin
 from strategies.presence import absent_layers
 from subjects.registry import SubjectError, resolve
-from tests.test_plugin import in_parallel
+from tests import batch
 
 ROOT = Path(__file__).resolve().parent.parent
 
 
-def pytest_run(*args: str, tmp_path: Path, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
-    """``python -m pytest ARGS`` from the checkout (``ci`` profile, header shown), results under ``tmp_path``."""
-    full_env = {**os.environ, "FP4_PROFILE": "ci", **(env or {})}
-    full_env.pop("PYTEST_XDIST_WORKER", None)
-    cmd = [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "--results", str(tmp_path / "results"), *args]
-    return subprocess.run(cmd, cwd=ROOT, env=full_env, capture_output=True, text=True, timeout=600)
+def make_runs(folder: Path) -> dict[str, batch.Run]:
+    """This module's end-to-end runs (:mod:`tests.batch`): ``python -m pytest ARGS`` from the checkout (``ci``
+    profile, header shown), results under ``folder / name``; the slow probe module from its own folder."""
+
+    def run(name: str, *args: str) -> batch.Run:
+        return batch.Run(["-p", "no:cacheprovider", "--results", str(folder / name / "results"), *args],
+                         env=batch.suite_env())  # fmt: skip
+
+    runs = {
+        "one": run("one", "conformance", "--subject", "bad-gated-pad16", "--collect-only"),
+        "pinned": run("pinned", "conformance/test_shared_expert.py", "conformance/test_nvfp4_moe.py", "-n", "1",
+                      "--model", "gemma-4-26b-a4b", "--tp", "4", "-k", "shared or backend_accepts and cutlass"),
+        "skips": run("skips", "conformance/test_mxfp4_moe.py", "-k", "vllm_cutlass_scale_swizzle", "-rs"),
+    }  # fmt: skip
+    slow = folder / "slow"
+    slow.mkdir(parents=True)
+    (slow / "test_slow.py").write_text(SLOW_MODULE)
+    runs["slow"] = batch.Run(
+        [str(slow / "test_slow.py"), "-p", "harness.plugin", "-p", "no:cacheprovider", "-n", "1", "--fp4-progress",
+         "1", "--results", str(slow / "results"), "--rootdir", str(slow)],
+        cwd=slow, env=batch.with_path(batch.suite_env(), ROOT),
+    )  # fmt: skip
+    return runs
+
+
+@pytest.fixture(scope="module")
+def runs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, batch.Ran]:
+    """:func:`make_runs`' results, run once per session in one process."""
+    return batch.shared(tmp_path_factory, "output", make_runs)[1]
 
 
 # --- 1. binding is explicit ---------------------------------------------------------------------
@@ -61,17 +83,11 @@ def test_deselection_is_one_line_per_run() -> None:
     assert plugin.deselection_line(Counter()) is None
 
 
-@pytest.mark.long(40)
-def test_header_names_binding_profile_database_and_deselections(tmp_path: Path) -> None:
+@pytest.mark.long(60)  # the first test of this module's batch (the rest read it)
+def test_header_names_binding_profile_database_and_deselections(runs: dict[str, batch.Ran]) -> None:
     """A one-contract subject: its binding in the header, the other contracts' tests deselected (not skipped)
     and counted in one line; with ``--model`` a layer the model lacks is deselected, under xdist too."""
-    one, pinned = in_parallel(
-        lambda: pytest_run("conformance", "--subject", "bad-gated-pad16", "--collect-only", tmp_path=tmp_path / "a"),
-        lambda: pytest_run(
-            "conformance/test_shared_expert.py", "conformance/test_nvfp4_moe.py", "-n", "1", "--model",
-            "gemma-4-26b-a4b", "--tp", "4", "-k", "shared or backend_accepts and cutlass", tmp_path=tmp_path / "b",
-        ),
-    )  # fmt: skip
+    one, pinned = runs["one"], runs["pinned"]
     assert one.returncode == 0, one.stdout[-3000:] + one.stderr[-3000:]
     lines = one.stdout.splitlines()
     assert "fp4 subject: bad-gated-pad16 is bound to nvfp4_moe (GatedPad16Alignment)" in lines
@@ -117,12 +133,12 @@ def test_replay_without_a_stored_example_skips_with_the_suites_reason() -> None:
     )
 
 
-@pytest.mark.long(40)
-def test_skips_of_pinned_examples_print_one_line(tmp_path: Path) -> None:
+@pytest.mark.late
+def test_skips_of_pinned_examples_print_one_line(runs: dict[str, batch.Ran]) -> None:
     """vLLM's CUTLASS swizzle skips without vLLM on a pinned example: the summary's reason is one line."""
     if hardware.machine().has("vllm"):
         pytest.skip("vLLM is installed here: the property runs")
-    result = pytest_run("conformance/test_mxfp4_moe.py", "-k", "vllm_cutlass_scale_swizzle", "-rs", tmp_path=tmp_path)
+    result = runs["skips"]
     assert result.returncode == 0, result.stdout[-3000:]
     assert "Failing explicit example" not in result.stdout and "reproduce:" not in result.stdout, result.stdout
     assert any(line.strip().startswith("skipped x1: vLLM is not importable") for line in result.stdout.splitlines())
@@ -225,15 +241,10 @@ def test_sleeps():
 """
 
 
-@pytest.mark.long(30)
-def test_progress_line_under_xdist(tmp_path: Path) -> None:
-    (tmp_path / "test_slow.py").write_text(SLOW_MODULE)
-    env = {**os.environ, "FP4_PROFILE": "ci", "PYTHONPATH": str(ROOT)}
-    env.pop("PYTEST_XDIST_WORKER", None)
-    cmd = [sys.executable, "-m", "pytest", str(tmp_path / "test_slow.py"), "-p", "harness.plugin", "-p",
-           "no:cacheprovider", "-n", "1", "--fp4-progress", "1", "--results", str(tmp_path / "results"),
-           "--rootdir", str(tmp_path)]  # fmt: skip
-    result = subprocess.run(cmd, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300)
+@pytest.mark.late
+def test_progress_line_under_xdist(runs: dict[str, batch.Ran]) -> None:
+    """:data:`SLOW_MODULE` under ``-n 1 --fp4-progress 1`` (:func:`make_runs`)."""
+    result = runs["slow"]
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
     named = [line for line in result.stdout.splitlines() if line.startswith("fp4 running: test_slow.py::test_sleeps")]
     assert 2 <= len(named) <= 4, result.stdout

@@ -1,15 +1,14 @@
 """Self-tests of the pytest plugin: options, profiles, worker-to-device mapping, reproductions,
 and the ``check`` decorator that writes each property once.
 
-The end-to-end tests run the real conformance suite in a subprocess (``python -m pytest``) on
-one property and assert on its exit status and output.
+The end-to-end tests run the real conformance suite (``python -m pytest``) on one property and assert
+on its exit status and output; the module's runs share one process (:mod:`tests.batch`, :func:`make_runs`).
 """
 
 from __future__ import annotations
 
 import inspect
 import json
-import os
 import shlex
 import subprocess
 import sys
@@ -24,28 +23,12 @@ from harness import devices, profiles, repro
 from harness.hardware import machine
 from harness.repro import Reproduction
 from subjects.registry import SubjectError, backends, known_bad, resolve
+from tests import batch
 
 ROOT = Path(__file__).resolve().parent.parent
 REPRO = repro.shell_command(["-m", "harness.repro"])  # the running interpreter, shell-quoted
 NVFP4 = "conformance/test_nvfp4_moe.py"
 T = TypeVar("T")
-
-
-def run_pytest(*args: str, tmp_path: Path, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
-    full_env = {**os.environ, "FP4_PROFILE": "ci", **(env or {})}
-    full_env.pop("PYTEST_XDIST_WORKER", None)
-    cmd = [
-        sys.executable,
-        "-m",
-        "pytest",
-        "-p",
-        "no:cacheprovider",
-        "-q",
-        "--results",
-        str(tmp_path / "results"),
-        *args,
-    ]
-    return subprocess.run(cmd, cwd=ROOT, env=full_env, capture_output=True, text=True, timeout=600)
 
 
 def in_parallel(*calls: Callable[[], T]) -> list[T]:
@@ -140,41 +123,80 @@ def test_wrong_import_path_is_a_clear_error() -> None:
 
 # --- end to end ---------------------------------------------------------------------------------
 
+UNKNOWN_INPUTS = (
+    (["--subject", "no_such_engine.moe:align"], "cannot import module 'no_such_engine.moe'"),
+    (["--backend", "flashinfer-trtlm"], "unknown backend(s) flashinfer-trtlm"),
+    (["--model", "gemma-5"], "is not catalogued"),
+)
+MY_ENGINE = (
+    "from subjects.nvfp4_moe import BuiltinNvfp4MoeAlignment\nfrom subjects.registry import Subject\n\n"
+    "class MyAlignment(BuiltinNvfp4MoeAlignment):\n    pass\n\npolicy = MyAlignment()\n"
+    "SUBJECT = Subject('my-engine', 'mine', {'nvfp4_moe': policy})\n"
+)
 
-@pytest.mark.long(60)
-def test_cli_rejects_unknown_subject_backend_and_model(tmp_path: Path) -> None:
-    cases = (
-        (["--subject", "no_such_engine.moe:align"], "cannot import module 'no_such_engine.moe'"),
-        (["--backend", "flashinfer-trtlm"], "unknown backend(s) flashinfer-trtlm"),
-        (["--model", "gemma-5"], "is not catalogued"),
-    )
-    results = in_parallel(
-        *[
-            lambda i=i, args=args: run_pytest(NVFP4, *args, tmp_path=tmp_path / str(i))
-            for i, (args, _) in enumerate(cases)
-        ]
-    )
-    for (_, message), result in zip(cases, results, strict=True):
+
+def make_runs(folder: Path) -> dict[str, batch.Run]:
+    """Every end-to-end run of this module (:mod:`tests.batch`): ``python -m pytest ARGS`` from the checkout,
+    ``ci`` profile, results under ``folder / name / results``; probe modules run from their own folder."""
+    runs: dict[str, batch.Run] = {}
+
+    def add(name: str, *args: str, env: dict[str, str] | None = None) -> None:
+        results = ["--results", str(folder / name / "results")]
+        runs[name] = batch.Run(["-p", "no:cacheprovider", "-q", *results, *args], env=env or batch.suite_env())
+
+    def probe_module(name: str, text: str, *args: str) -> None:
+        module = folder / name / f"test_{name}.py"
+        module.parent.mkdir(parents=True)
+        module.write_text(text)
+        runs[name] = batch.Run(
+            [str(module), "-p", "harness.plugin", "-p", "no:cacheprovider", "--rootdir", str(module.parent),
+             "--results", str(module.parent / "results"), *args],
+            cwd=module.parent, env=batch.with_path(batch.suite_env(), ROOT),
+        )  # fmt: skip
+
+    for i, (args, _) in enumerate(UNKNOWN_INPUTS):
+        add(f"unknown-{i}", NVFP4, *args)
+    (folder / "engine").mkdir(parents=True)
+    (folder / "engine" / "my_engine.py").write_text(MY_ENGINE)
+    env = batch.with_path(batch.suite_env(), folder / "engine")
+    add("bare", NVFP4, "--subject", "my_engine:policy", env=env)
+    # the cheapest property run on every backend: the subject's loading is under test
+    add("bound", NVFP4, "-k", "gate_up_layout", "--subject", "my_engine:SUBJECT", "-v", env=env)
+    add("known-bad", NVFP4, "-k", "padding_invariance", "--backend", "flashinfer-trtllm", "--subject",
+        "bad-end-padding", "--model", "gemma-4-26b-a4b", "--tp", "2")  # fmt: skip
+    add("summary", NVFP4, "-k", "gate_up_layout and flashinfer-cutlass")
+    add("no-xdist", NVFP4, "-p", "no:xdist", "-k", "gate_up_layout and flashinfer-cutlass")
+    probe_module("crash", CRASHING_MODULE, "-n", "1")
+    probe_module("generated", GENERATED_MODULE, "-q", "--collect-only")
+    generated = runs["generated"]
+    runs["generated-marlin"] = batch.Run(
+        [*generated.args[:-1], "--backend", "marlin", "--results", str(folder / "generated" / "marlin")],
+        cwd=generated.cwd, env=generated.env,
+    )  # fmt: skip
+    add("backend-marlin", "conformance", "--backend", "marlin", "--collect-only")
+    return runs
+
+
+@pytest.fixture(scope="module")
+def runs(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, dict[str, batch.Ran]]:
+    """This module's end-to-end runs, in one process (:mod:`tests.batch`): their folder and results."""
+    return batch.shared(tmp_path_factory, "plugin", make_runs)
+
+
+@pytest.mark.long(200)  # the first test of this module: runs the module's batch (the rest read it)
+def test_cli_rejects_unknown_subject_backend_and_model(runs: tuple[Path, dict[str, batch.Ran]]) -> None:
+    for i, (_, message) in enumerate(UNKNOWN_INPUTS):
+        result = runs[1][f"unknown-{i}"]
         assert result.returncode == 4, result.stdout + result.stderr
         assert message in result.stderr, result.stderr
 
 
-@pytest.mark.long(81)
-def test_external_policy_by_import_path(tmp_path: Path) -> None:
+@pytest.mark.late
+def test_external_policy_by_import_path(runs: tuple[Path, dict[str, batch.Ran]]) -> None:
     """A bare ``align_moe`` policy fits both MoE contracts: a usage error naming them and the ``Subject`` form;
-    bound by a ``Subject``, it runs its contract's properties and its header says what it is bound to."""
-    (tmp_path / "my_engine.py").write_text(
-        "from subjects.nvfp4_moe import BuiltinNvfp4MoeAlignment\nfrom subjects.registry import Subject\n\n"
-        "class MyAlignment(BuiltinNvfp4MoeAlignment):\n    pass\n\npolicy = MyAlignment()\n"
-        "SUBJECT = Subject('my-engine', 'mine', {'nvfp4_moe': policy})\n"
-    )
-    env = {"PYTHONPATH": os.pathsep.join(filter(None, [str(tmp_path), os.environ.get("PYTHONPATH")]))}
-    bare, bound = in_parallel(
-        lambda: run_pytest(NVFP4, "--subject", "my_engine:policy", tmp_path=tmp_path / "bare", env=env),
-        lambda: run_pytest(  # the cheapest property run on every backend: the subject's loading is under test
-            NVFP4, "-k", "gate_up_layout", "--subject", "my_engine:SUBJECT", "-v", tmp_path=tmp_path / "bound", env=env
-        ),
-    )  # fmt: skip
+    bound by a ``Subject``, it runs its contract's properties and its header says what it is bound to
+    (``my_engine.py`` is :data:`MY_ENGINE`)."""
+    bare, bound = runs[1]["bare"], runs[1]["bound"]
     assert bare.returncode == 4, bare.stdout[-3000:] + bare.stderr[-3000:]
     assert (
         "several contracts share (fp8_moe, fp8_tensor_moe, mxfp4_moe, nvfp4_moe)" in bare.stderr
@@ -185,41 +207,30 @@ def test_external_policy_by_import_path(tmp_path: Path) -> None:
     assert "fp4 subject: my_engine:SUBJECT is bound to nvfp4_moe (MyAlignment)" in bound.stdout
 
 
-@pytest.mark.long(38)
-def test_known_bad_failure_writes_a_reproduction_that_fails_the_same_way(tmp_path: Path) -> None:
-    result = run_pytest(
-        NVFP4,
-        "-k",
-        "padding_invariance",
-        "--backend",
-        "flashinfer-trtllm",
-        "--subject",
-        "bad-end-padding",
-        "--model",
-        "gemma-4-26b-a4b",
-        "--tp",
-        "2",
-        tmp_path=tmp_path,
-    )
+@pytest.mark.late
+def test_known_bad_failure_writes_a_reproduction_that_fails_the_same_way(
+    runs: tuple[Path, dict[str, batch.Ran]],
+) -> None:
+    result = runs[1]["known-bad"]
     assert result.returncode == 1, result.stdout[-3000:]
     assert f"reproduce: {REPRO} conformance.test_nvfp4_moe:check_padding_invariance" in result.stdout
-    scripts = list((tmp_path / "results" / "repro" / "bad-end-padding").glob("*.py"))
+    scripts = list((runs[0] / "known-bad" / "results" / "repro" / "bad-end-padding").glob("*.py"))
     assert len(scripts) == 1
     rerun = subprocess.run([sys.executable, str(scripts[0])], cwd=ROOT, capture_output=True, text=True, timeout=300)
     assert rerun.returncode != 0
     assert "padding changed the MoE output" in rerun.stderr
 
 
-@pytest.mark.long(25)
-def test_summary_table_reports_contract_backend_hardware(tmp_path: Path) -> None:
-    result = run_pytest(NVFP4, "-k", "gate_up_layout and flashinfer-cutlass", tmp_path=tmp_path)
+@pytest.mark.late
+def test_summary_table_reports_contract_backend_hardware(runs: tuple[Path, dict[str, batch.Ran]]) -> None:
+    result = runs[1]["summary"]
     assert result.returncode == 0, result.stdout[-3000:]
     lines = result.stdout.splitlines()
     title = next(i for i, line in enumerate(lines) if "fp4 conformance summary (contract x backend x hardware)" in line)
     assert lines[title + 1].split() == ["contract", "backend", "hardware", "pass", "fail", "skip", "xfail", "xpass"]
     hw = machine().describe()
     assert lines[title + 2].split() == ["nvfp4_moe", "flashinfer-cutlass", *hw.split(), "1", "0", "0", "0", "0"]
-    rows = json.loads((tmp_path / "results" / "summary.json").read_text())
+    rows = json.loads((runs[0] / "summary" / "results" / "summary.json").read_text())
     assert rows == [
         {
             "contract": "nvfp4_moe",
@@ -257,9 +268,9 @@ def test_policy_class_by_import_path_is_instantiated() -> None:
     assert not isinstance(subject.policy("shared_expert"), type)
 
 
-@pytest.mark.long(30)
-def test_plugin_loads_without_xdist(tmp_path: Path) -> None:
-    result = run_pytest(NVFP4, "-p", "no:xdist", "-k", "gate_up_layout and flashinfer-cutlass", tmp_path=tmp_path)
+@pytest.mark.late
+def test_plugin_loads_without_xdist(runs: tuple[Path, dict[str, batch.Ran]]) -> None:
+    result = runs[1]["no-xdist"]
     assert result.returncode == 0, result.stdout[-2000:] + result.stderr[-2000:]
 
 
@@ -296,29 +307,18 @@ def test_after_the_crash():
 """
 
 
-@pytest.mark.long(67)
-def test_worker_crash_is_reported_with_its_reproduction(tmp_path: Path) -> None:
+@pytest.mark.late
+def test_worker_crash_is_reported_with_its_reproduction(runs: tuple[Path, dict[str, batch.Ran]]) -> None:
     """A check that kills its xdist worker is that test's failure, with the in-flight reproduction,
-    counted under the test's contract (from its in-flight record), not under an unknown one."""
-    module = tmp_path / "test_crash.py"
-    module.write_text(CRASHING_MODULE)
-    env = {
-        **os.environ,
-        "FP4_PROFILE": "ci",
-        "PYTHONPATH": os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")])),
-    }
-    env.pop("PYTEST_XDIST_WORKER", None)
-    cmd = [
-        sys.executable, "-m", "pytest", str(module), "-p", "harness.plugin", "-p", "no:cacheprovider", "-n", "1",
-        "--results", str(tmp_path / "results"), "--rootdir", str(tmp_path),
-    ]  # fmt: skip
-    result = subprocess.run(cmd, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300)
+    counted under the test's contract (from its in-flight record), not under an unknown one
+    (:data:`CRASHING_MODULE` under ``-n 1``)."""
+    result, results = runs[1]["crash"], runs[0] / "crash" / "results"
     out = result.stdout + result.stderr
     assert result.returncode == 1, out[-3000:]
     assert "1 failed, 1 passed" in out, out[-3000:]
     assert f"worker crashed during this example; reproduce: {REPRO}" in out, out[-3000:]
-    assert list((tmp_path / "results" / "repro" / "builtin").glob("*-crash.py"))
-    rows = json.loads((tmp_path / "results" / "summary.json").read_text())
+    assert list((results / "repro" / "builtin").glob("*-crash.py"))
+    rows = json.loads((results / "summary.json").read_text())
     assert [(r["contract"], r["backend"], r["passed"], r["failed"]) for r in rows] == [("nvfp4_moe", "-", 1, 1)]
 
 
@@ -378,23 +378,12 @@ property_test(check_small, name="test_small_on_marlin", strategy=st.builds(Size,
 """
 
 
-@pytest.mark.long(57)
-def test_generated_tests_run_parametrized_and_filtered_by_backend(tmp_path: Path) -> None:
+@pytest.mark.late
+def test_generated_tests_run_parametrized_and_filtered_by_backend(runs: tuple[Path, dict[str, batch.Ran]]) -> None:
+    """:data:`GENERATED_MODULE` collected, and run with ``--backend marlin``."""
     from subjects.mxfp4_moe import Mxfp4MoeBackend
 
-    module = tmp_path / "test_generated.py"
-    module.write_text(GENERATED_MODULE)
-    env = {**os.environ, "FP4_PROFILE": "ci", "PYTHONPATH": str(ROOT)}
-    env.pop("PYTEST_XDIST_WORKER", None)
-    base = [sys.executable, "-m", "pytest", str(module), "-p", "harness.plugin", "-p", "no:cacheprovider", "-q"]
-    base += ["--rootdir", str(tmp_path), "--results", str(tmp_path / "results")]
-    collected, marlin = in_parallel(
-        lambda: subprocess.run([*base, "--collect-only"], cwd=tmp_path, env=env, capture_output=True, text=True),
-        lambda: subprocess.run(
-            [*base, "--backend", "marlin", "--results", str(tmp_path / "marlin")],
-            cwd=tmp_path, env=env, capture_output=True, text=True,
-        ),
-    )  # fmt: skip
+    collected, marlin = runs[1]["generated"], runs[1]["generated-marlin"]
     want = {f"test_generated.py::test_small[{b.value}]" for b in Mxfp4MoeBackend}
     want.add("test_generated.py::test_small_on_marlin[marlin]")
     assert {line for line in collected.stdout.splitlines() if "::" in line} == want, collected.stdout
@@ -405,10 +394,10 @@ def test_generated_tests_run_parametrized_and_filtered_by_backend(tmp_path: Path
     assert f"reproduce: {REPRO} test_generated:check_small --subject builtin --backend marlin" in out
 
 
-@pytest.mark.long(57)
-def test_backend_option_collects_only_that_backend(tmp_path: Path) -> None:
+@pytest.mark.late
+def test_backend_option_collects_only_that_backend(runs: tuple[Path, dict[str, batch.Ran]]) -> None:
     """Tests with their own backend parametrization are filtered too (they ran under any --backend)."""
-    result = run_pytest("conformance", "--backend", "marlin", "--collect-only", tmp_path=tmp_path)
+    result = runs[1]["backend-marlin"]
     items = [line for line in result.stdout.splitlines() if "::" in line]
     assert result.returncode == 0 and items, result.stdout[-3000:]
     assert all(line.endswith("[marlin]") for line in items), [i for i in items if not i.endswith("[marlin]")]

@@ -151,6 +151,6 @@ def test_documented_markers_are_the_registered_ones() -> None:
     from harness import hardware, plugin, scheduling
 
     running = (ROOT / "docs" / "running.md").read_text(encoding="utf-8")
-    registered = [m.split("(")[0].split(":")[0] for m in [*plugin.MARKERS, scheduling.MARKER]]
+    registered = [m.split("(")[0].split(":")[0] for m in [*plugin.MARKERS, scheduling.MARKER, scheduling.LATE]]
     assert set(hardware.REQUIREMENTS) <= set(registered)
     assert not [m for m in registered if f"`{m}" not in running]

@@ -12,7 +12,9 @@
   path, are unique per subject and replaced on each run.
 * ``--model/--tp/--ep`` pin what they say.
 
-Each end-to-end test runs ``python -m pytest`` in a subprocess, like a user would.
+Each end-to-end test runs ``python -m pytest`` on the suite or a probe module, like a user would; the
+module's runs share one process (:mod:`tests.batch`, made by :func:`make_runs`), each with its own
+environment, working folder and results.
 """
 
 from __future__ import annotations
@@ -29,6 +31,7 @@ import pytest
 from harness.plugin import session_pin
 from harness.repro import shell_command
 from strategies.pins import Pin
+from tests import batch
 
 ROOT = Path(__file__).resolve().parent.parent
 REPRO = shell_command(["-m", "harness.repro"])  # the running interpreter, shell-quoted
@@ -146,29 +149,96 @@ end_padding = Subject("probe-end-padding", "reuses the known-bad end padding",
 '''
 
 
-@pytest.fixture
-def probes(tmp_path: Path) -> Path:
-    folder = tmp_path / "engine"
-    folder.mkdir()
-    (folder / "fp4_probes.py").write_text(PROBES)
-    (folder / "fp4_broken.py").write_text("raise RuntimeError('engine extension failed to initialise')\n")
-    return folder
+BAD_INPUTS = {
+    "option": (["--hypothesis-profile", "nightlly"], {}, "unknown Hypothesis profile 'nightlly'"),
+    "env": ([], {"FP4_PROFILE": "nightlly"}, "unknown Hypothesis profile 'nightlly'"),
+    "module-raises": (["--subject", "fp4_broken:subject"], {}, "RuntimeError: engine extension failed to initialise"),
+    "factory": (["--subject", "fp4_probes:factory_raises"], {}, "RuntimeError: engine config file not found"),
+    "limit-neg": (["--example-time-limit", "-1"], {}, "--example-time-limit -1: give the seconds"),
+    "limit-nan": (["--example-time-limit", "nan"], {}, "--example-time-limit nan: give the seconds"),
+    "db-number": (
+        ["--hypothesis-profile", "nightly", "--fp4-db", f"redis://:{PASSWORD}@127.0.0.1:6379/x"],
+        {},
+        "'redis://:***@127.0.0.1:6379/x': the port and the database number must be integers",
+    ),
+    "db-unreachable-env": (
+        ["--hypothesis-profile", "nightly"],
+        {"FP4_DB": f"redis://:{PASSWORD}@127.0.0.1:1/0"},
+        "Redis example database redis://:***@127.0.0.1:1/0 does not answer",
+    ),
+}
+PIN_CASES = {
+    "model-tp": (["--model", "gemma-4-26b-a4b", "--tp", "4"], 4, "not shape.ep"),
+    "tp-no-ep": (["--tp", "2", "--no-ep"], 2, "not shape.ep"),
+    "tp-ep": (["--tp", "8", "--ep"], 8, "shape.ep"),
+}
+VLLM_INSTALLED = importlib.util.find_spec("vllm") is not None
 
 
-def run_pytest(
-    *args: str, tmp_path: Path, path: Path | None = None, env: dict[str, str] | None = None, timeout: int = 600
-) -> subprocess.CompletedProcess[str]:
-    """``python -m pytest ARGS`` from the checkout, ``ci`` profile, results under ``tmp_path``."""
-    full_env = {**os.environ, "FP4_PROFILE": "ci", **(env or {})}
-    full_env.pop("PYTEST_XDIST_WORKER", None)
-    if path is not None:
-        full_env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(path), os.environ.get("PYTHONPATH")]))
-    results = [] if any(a.startswith("--results") for a in args) else ["--results", str(tmp_path / "results")]
-    cmd = [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-q", *results, *args]
-    return subprocess.run(cmd, cwd=ROOT, env=full_env, capture_output=True, text=True, timeout=timeout)
+def make_runs(folder: Path) -> dict[str, batch.Run]:
+    """Every end-to-end run of this module, each ``python -m pytest ARGS`` from the checkout with results
+    under ``folder / name``, the probe subjects (``fp4_probes``) importable where ``probes`` is set."""
+    engine = folder / "engine"
+    engine.mkdir(parents=True)
+    (engine / "fp4_probes.py").write_text(PROBES)
+    (engine / "fp4_broken.py").write_text("raise RuntimeError('engine extension failed to initialise')\n")
+    runs: dict[str, batch.Run] = {}
+
+    def add(name: str, *args: str, probes: bool = True, env: dict[str, str] | None = None) -> None:
+        results = [] if any(a.startswith("--results") for a in args) else ["--results", str(folder / name / "results")]
+        full_env = batch.suite_env(**(env or {}))
+        runs[name] = batch.Run(
+            ["-p", "no:cacheprovider", "-q", *results, *args],
+            env=batch.with_path(full_env, engine) if probes else full_env,
+        )
+
+    for probe in ("documented", "upstream_copy", "import_error", "other_message", "adapter_bug"):
+        add(probe, NVFP4, *CUTLASS_PADDING, "--subject", f"fp4_probes:{probe}")
+    add("missing_library", NVFP4, *CUTLASS_PADDING, "-rs", "--subject", "fp4_probes:missing_library")
+    add("no_engine", NVFP4, "--subject", "fp4_probes:no_engine")
+    if not VLLM_INSTALLED:
+        add("no_vllm", NVFP4, "--subject", "vllm", probes=False)
+    (folder / "unwritable").mkdir(parents=True)
+    (folder / "unwritable" / "a-file").write_text("")
+    add("unwritable", SHARED, "--results", str(folder / "unwritable" / "a-file" / "results"), probes=False)
+    (folder / "db-file").write_text("")
+    db = str(folder / "db-file")
+    add("db-file-option", SHARED, "--hypothesis-profile", "nightly", "--fp4-db", db, probes=False)
+    add("db-file-env", SHARED, "--hypothesis-profile", "nightly", probes=False, env={"FP4_DB": db})
+    for case, (args, env, _) in BAD_INPUTS.items():
+        add(f"bad-{case}", SHARED, *args, env=env)
+    for case, workers in (("no-xdist", []), ("xdist", ["-n", "1"])):
+        add(f"hangs-{case}", NVFP4, *CUTLASS_PADDING, *workers, "--subject", "fp4_probes:hangs",
+            "--example-time-limit", "2")  # fmt: skip
+    add("stuck", NVFP4, *CUTLASS_PADDING, "-n", "1", "--subject", "fp4_probes:stuck", "--example-time-limit", "1")
+    # JUnit and scripts: a stale script of this subject, and another subject's, before the run
+    stale = folder / "junit" / "results" / "repro"
+    (stale / "fp4_probes_end_padding").mkdir(parents=True)
+    (stale / "fp4_probes_end_padding" / "stale_from_an_earlier_run.py").write_text("raise SystemExit('stale')\n")
+    (stale / "bad-end-padding").mkdir(parents=True)
+    (stale / "bad-end-padding" / "kept.py").write_text("")
+    add("junit", NVFP4, "-k", "padding_invariance", "--backend", "flashinfer-trtllm", "--subject",
+        "fp4_probes:end_padding", "--model", "gemma-4-26b-a4b", "--tp", "2", f"--junitxml={folder / 'junit.xml'}")  # fmt: skip
+    for case, (args, tp, ep_check) in PIN_CASES.items():
+        module = folder / f"pin-{case}" / "test_pin_probe.py"
+        module.parent.mkdir(parents=True)
+        module.write_text(PIN_PROBE.format(tp=tp, ep_check=ep_check))
+        env = {**batch.suite_env(), "PYTHONPATH": str(ROOT)}
+        runs[f"pin-{case}"] = batch.Run(
+            [str(module), "-p", "harness.plugin", "-p", "no:cacheprovider", "--rootdir", str(module.parent),
+             "--results", str(module.parent / "results"), *args],
+            cwd=module.parent, env=env,
+        )  # fmt: skip
+    return runs
 
 
-def one_line_usage_error(result: subprocess.CompletedProcess[str], message: str) -> None:
+@pytest.fixture(scope="module")
+def runs(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, dict[str, batch.Ran]]:
+    """This module's end-to-end runs, in one process (:mod:`tests.batch`): their folder and results."""
+    return batch.shared(tmp_path_factory, "verdicts", make_runs)
+
+
+def one_line_usage_error(result: batch.Ran, message: str) -> None:
     out = result.stdout + result.stderr
     assert result.returncode == 4, out[-3000:]
     assert "INTERNALERROR" not in out and "Traceback" not in out, out[-3000:]
@@ -202,15 +272,19 @@ def test_ledger_entries_describe_their_failure() -> None:
         Reach.latent(" ")
 
 
-@pytest.mark.long(69)
-@pytest.mark.parametrize("probe", ["documented", "upstream_copy"])
-def test_documented_failure_is_expected(tmp_path: Path, probes: Path, probe: str) -> None:
-    result = run_pytest(NVFP4, *CUTLASS_PADDING, "--subject", f"fp4_probes:{probe}", tmp_path=tmp_path, path=probes)
+@pytest.mark.late
+@pytest.mark.parametrize(
+    "probe",
+    # the first test of this module runs the module's batch (the rest read it): only it is marked long
+    [pytest.param("documented", marks=pytest.mark.long(300)), "upstream_copy"],
+)
+def test_documented_failure_is_expected(runs: tuple[Path, dict[str, batch.Ran]], probe: str) -> None:
+    result = runs[1][probe]
     assert result.returncode == 0, result.stdout[-3000:]
     assert "expected failures (known upstream bug https://github.com/example/engine/issues/1)" in result.stdout
 
 
-@pytest.mark.long(48)
+@pytest.mark.late
 @pytest.mark.parametrize(
     ("probe", "shown"),
     [
@@ -223,123 +297,81 @@ def test_documented_failure_is_expected(tmp_path: Path, probes: Path, probe: str
         ),
     ],
 )
-def test_other_failures_where_the_ledger_applies_fail(tmp_path: Path, probes: Path, probe: str, shown: str) -> None:
-    result = run_pytest(NVFP4, *CUTLASS_PADDING, "--subject", f"fp4_probes:{probe}", tmp_path=tmp_path, path=probes)
+def test_other_failures_where_the_ledger_applies_fail(
+    runs: tuple[Path, dict[str, batch.Ran]], probe: str, shown: str
+) -> None:
+    result = runs[1][probe]
     assert result.returncode == 1, result.stdout[-3000:]
     assert shown in result.stdout
     assert "not the known upstream bug https://github.com/example/engine/issues/1" in result.stdout
     assert "expected failures" not in result.stdout
 
 
-@pytest.mark.long(26)
-def test_missing_library_where_the_ledger_applies_skips(tmp_path: Path, probes: Path) -> None:
-    result = run_pytest(
-        NVFP4, *CUTLASS_PADDING, "-rs", "--subject", "fp4_probes:missing_library", tmp_path=tmp_path, path=probes
-    )
+@pytest.mark.late
+def test_missing_library_where_the_ledger_applies_skips(runs: tuple[Path, dict[str, batch.Ran]]) -> None:
+    result = runs[1]["missing_library"]
     assert result.returncode == 0, result.stdout[-3000:]
     assert "1 skipped" in result.stdout and "probe-lib is not installed" in result.stdout
     assert "expected failures" not in result.stdout
 
 
-@pytest.mark.long(20)
-def test_engine_subject_without_its_engine_is_a_usage_error(tmp_path: Path, probes: Path) -> None:
-    result = run_pytest(NVFP4, "--subject", "fp4_probes:no_engine", tmp_path=tmp_path, path=probes)
-    one_line_usage_error(result, "cannot run here: probe-engine is not installed")
+@pytest.mark.late
+def test_engine_subject_without_its_engine_is_a_usage_error(runs: tuple[Path, dict[str, batch.Ran]]) -> None:
+    one_line_usage_error(runs[1]["no_engine"], "cannot run here: probe-engine is not installed")
 
 
-@pytest.mark.long(21)
-@pytest.mark.skipif(importlib.util.find_spec("vllm") is not None, reason="vLLM is installed here")
-def test_vllm_subject_without_vllm_is_a_usage_error(tmp_path: Path) -> None:
-    one_line_usage_error(run_pytest(NVFP4, "--subject", "vllm", tmp_path=tmp_path), "vLLM is not installed")
+@pytest.mark.late
+@pytest.mark.skipif(VLLM_INSTALLED, reason="vLLM is installed here")
+def test_vllm_subject_without_vllm_is_a_usage_error(runs: tuple[Path, dict[str, batch.Ran]]) -> None:
+    one_line_usage_error(runs[1]["no_vllm"], "vLLM is not installed")
 
 
 # --- 7, 8, 10: usage errors before the first test --------------------------------------------------
 
 
-@pytest.mark.long(24)
-def test_unwritable_results_is_a_usage_error(tmp_path: Path) -> None:
-    (tmp_path / "a-file").write_text("")
-    result = run_pytest(SHARED, "--results", str(tmp_path / "a-file" / "results"), tmp_path=tmp_path)
-    one_line_usage_error(result, "--results")
+@pytest.mark.late
+def test_unwritable_results_is_a_usage_error(runs: tuple[Path, dict[str, batch.Ran]]) -> None:
+    one_line_usage_error(runs[1]["unwritable"], "--results")
 
 
-@pytest.mark.long(24)
+@pytest.mark.late
 @pytest.mark.parametrize("how", ["option", "env"])
-def test_example_database_that_is_a_file_is_a_usage_error(tmp_path: Path, how: str) -> None:
-    db = tmp_path / "db-file"
-    db.write_text("")
-    args, env = (["--fp4-db", str(db)], {}) if how == "option" else ([], {"FP4_DB": str(db)})
-    result = run_pytest(SHARED, "--hypothesis-profile", "nightly", *args, tmp_path=tmp_path, env=env)
-    one_line_usage_error(result, "is a file, not a directory")
+def test_example_database_that_is_a_file_is_a_usage_error(runs: tuple[Path, dict[str, batch.Ran]], how: str) -> None:
+    one_line_usage_error(runs[1][f"db-file-{how}"], "is a file, not a directory")
 
 
-@pytest.mark.long(21)
-@pytest.mark.parametrize(
-    ("args", "env", "message"),
-    [
-        pytest.param(["--hypothesis-profile", "nightlly"], {}, "unknown Hypothesis profile 'nightlly'", id="option"),
-        pytest.param([], {"FP4_PROFILE": "nightlly"}, "unknown Hypothesis profile 'nightlly'", id="env"),
-        pytest.param(
-            ["--subject", "fp4_broken:subject"],
-            {},
-            "RuntimeError: engine extension failed to initialise",
-            id="module-raises",
-        ),
-        pytest.param(
-            ["--subject", "fp4_probes:factory_raises"], {}, "RuntimeError: engine config file not found", id="factory"
-        ),
-        pytest.param(["--example-time-limit", "-1"], {}, "--example-time-limit -1: give the seconds", id="limit-neg"),
-        pytest.param(["--example-time-limit", "nan"], {}, "--example-time-limit nan: give the seconds", id="limit-nan"),
-        pytest.param(
-            ["--hypothesis-profile", "nightly", "--fp4-db", f"redis://:{PASSWORD}@127.0.0.1:6379/x"],
-            {},
-            "'redis://:***@127.0.0.1:6379/x': the port and the database number must be integers",
-            id="db-number",
-        ),
-        pytest.param(
-            ["--hypothesis-profile", "nightly"],
-            {"FP4_DB": f"redis://:{PASSWORD}@127.0.0.1:1/0"},
-            "Redis example database redis://:***@127.0.0.1:1/0 does not answer",
-            id="db-unreachable-env",
-        ),
-    ],
-)
-def test_bad_input_is_a_one_line_usage_error(
-    tmp_path: Path, probes: Path, args: list[str], env: dict[str, str], message: str
-) -> None:
-    result = run_pytest(SHARED, *args, tmp_path=tmp_path, path=probes, env=env)
-    one_line_usage_error(result, message)
+@pytest.mark.late
+@pytest.mark.parametrize("case", list(BAD_INPUTS))
+def test_bad_input_is_a_one_line_usage_error(runs: tuple[Path, dict[str, batch.Ran]], case: str) -> None:
+    result = runs[1][f"bad-{case}"]
+    one_line_usage_error(result, BAD_INPUTS[case][2])
     assert PASSWORD not in result.stdout + result.stderr, "the database password was printed"
 
 
 # --- 9. per-example time limit -----------------------------------------------------------------------
 
 
-@pytest.mark.long(50)
-@pytest.mark.parametrize("workers", [pytest.param([], id="no-xdist"), pytest.param(["-n", "1"], id="xdist")])
-def test_hanging_example_fails_named_with_its_reproduction(tmp_path: Path, probes: Path, workers: list[str]) -> None:
-    result = run_pytest(
-        NVFP4, *CUTLASS_PADDING, *workers, "--subject", "fp4_probes:hangs", "--example-time-limit", "2",
-        tmp_path=tmp_path, path=probes, timeout=300,
-    )  # fmt: skip
+@pytest.mark.late
+@pytest.mark.parametrize("workers", ["no-xdist", "xdist"])
+def test_hanging_example_fails_named_with_its_reproduction(
+    runs: tuple[Path, dict[str, batch.Ran]], workers: str
+) -> None:
+    result = runs[1][f"hangs-{workers}"]
     out = result.stdout
     assert result.returncode == 1, out[-3000:]
     assert "ExampleTimeout" in out and "per-example time limit of 2 s" in out, out[-3000:]
     assert "test_nvfp4_moe.py::test_padding_invariance[flashinfer-cutlass]" in out
-    scripts = list((tmp_path / "results" / "repro" / "fp4_probes_hangs").glob("*.py"))
+    scripts = list((runs[0] / f"hangs-{workers}" / "results" / "repro" / "fp4_probes_hangs").glob("*.py"))
     assert len(scripts) == 1, out[-3000:]
 
 
-@pytest.mark.long(61)
-def test_uninterruptible_hang_ends_the_worker_with_its_reproduction(tmp_path: Path, probes: Path) -> None:
-    result = run_pytest(
-        NVFP4, *CUTLASS_PADDING, "-n", "1", "--subject", "fp4_probes:stuck", "--example-time-limit", "1",
-        tmp_path=tmp_path, path=probes, timeout=300,
-    )  # fmt: skip
+@pytest.mark.late
+def test_uninterruptible_hang_ends_the_worker_with_its_reproduction(runs: tuple[Path, dict[str, batch.Ran]]) -> None:
+    result = runs[1]["stuck"]
     out = result.stdout + result.stderr
     assert result.returncode == 1, out[-3000:]
     assert f"worker crashed during this example; reproduce: {REPRO}" in out, out[-3000:]
-    assert list((tmp_path / "results" / "repro" / "fp4_probes_stuck").glob("*-crash.py"))
+    assert list((runs[0] / "stuck" / "results" / "repro" / "fp4_probes_stuck").glob("*-crash.py"))
 
 
 def test_time_limit_comes_from_the_profile() -> None:
@@ -352,19 +384,13 @@ def test_time_limit_comes_from_the_profile() -> None:
 # --- 11. JUnit and reproduction scripts ----------------------------------------------------------
 
 
-@pytest.mark.long(41)
-def test_junit_and_scripts_of_an_external_subject(tmp_path: Path, probes: Path) -> None:
-    subject_folder = tmp_path / "results" / "repro" / "fp4_probes_end_padding"
-    subject_folder.mkdir(parents=True)
-    (subject_folder / "stale_from_an_earlier_run.py").write_text("raise SystemExit('stale')\n")
-    other = tmp_path / "results" / "repro" / "bad-end-padding"
-    other.mkdir(parents=True)
-    (other / "kept.py").write_text("")
-    junit = tmp_path / "junit.xml"
-    result = run_pytest(
-        NVFP4, "-k", "padding_invariance", "--backend", "flashinfer-trtllm", "--subject", "fp4_probes:end_padding",
-        "--model", "gemma-4-26b-a4b", "--tp", "2", f"--junitxml={junit}", tmp_path=tmp_path, path=probes,
-    )  # fmt: skip
+@pytest.mark.late
+def test_junit_and_scripts_of_an_external_subject(runs: tuple[Path, dict[str, batch.Ran]]) -> None:
+    """Before the run (:func:`make_runs`): a stale script of this subject and another subject's script."""
+    folder, result = runs[0], runs[1]["junit"]
+    subject_folder = folder / "junit" / "results" / "repro" / "fp4_probes_end_padding"
+    other = folder / "junit" / "results" / "repro" / "bad-end-padding"
+    probes, junit = folder / "engine", folder / "junit.xml"
     assert result.returncode == 1, result.stdout[-3000:]
     cases = ET.parse(junit).getroot().iter("testcase")
     props = {p.get("name"): p.get("value") for case in cases for p in case.iter("property")}
@@ -413,24 +439,10 @@ def test_pinned(shape):
 """
 
 
-@pytest.mark.long(25)
-@pytest.mark.parametrize(
-    ("args", "tp", "ep_check"),
-    [
-        pytest.param(["--model", "gemma-4-26b-a4b", "--tp", "4"], 4, "not shape.ep", id="model-tp"),
-        pytest.param(["--tp", "2", "--no-ep"], 2, "not shape.ep", id="tp-no-ep"),
-        pytest.param(["--tp", "8", "--ep"], 8, "shape.ep", id="tp-ep"),
-    ],
-)
-def test_pins_hold_for_every_draw(tmp_path: Path, args: list[str], tp: int, ep_check: str) -> None:
-    module = tmp_path / "test_pin_probe.py"
-    module.write_text(PIN_PROBE.format(tp=tp, ep_check=ep_check))
-    env = {**os.environ, "FP4_PROFILE": "ci", "PYTHONPATH": str(ROOT)}
-    env.pop("PYTEST_XDIST_WORKER", None)
-    cmd = [
-        sys.executable, "-m", "pytest", str(module), "-p", "harness.plugin", "-p", "no:cacheprovider",
-        "--rootdir", str(tmp_path), "--results", str(tmp_path / "results"), *args,
-    ]  # fmt: skip
-    result = subprocess.run(cmd, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300)
+@pytest.mark.late
+@pytest.mark.parametrize("case", list(PIN_CASES))
+def test_pins_hold_for_every_draw(runs: tuple[Path, dict[str, batch.Ran]], case: str) -> None:
+    """A probe module run with the pin options asserts the pin on every draw (:func:`make_runs`)."""
+    result = runs[1][f"pin-{case}"]
     assert result.returncode == 0, result.stdout[-3000:]
     assert "fp4 pin: model" in result.stdout

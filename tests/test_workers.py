@@ -10,13 +10,12 @@ a ``long`` one, although the module defines them last.
 from __future__ import annotations
 
 import os
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
 from harness import scheduling, workers
+from tests import batch
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -85,35 +84,55 @@ def test_long(i):
 """
 
 
-@pytest.mark.long(66)
+SPLITS = {"two-workers-split-the-cores": (2, None), "omp-num-threads-wins": (1, "1")}
+
+
+def make_runs(folder: Path) -> dict[str, batch.Run]:
+    """:data:`ORDER_MODULE` under ``pytest -n N`` from its own folder, for each of :data:`SPLITS`
+    (:mod:`tests.batch`: the controllers share one process; each run's workers are its own processes)."""
+    runs = {}
+    for name, (n, user_threads) in SPLITS.items():
+        here = folder / name
+        here.mkdir(parents=True)
+        (here / "test_order.py").write_text(ORDER_MODULE)
+        env = {k: v for k, v in os.environ.items() if k not in (*workers.THREAD_VARIABLES, "PYTEST_XDIST_WORKER")}
+        env.update(
+            FP4_PROFILE="ci",
+            FP4_ORDER_LOG=str(here / "order.log"),
+            PYTHONPATH=os.pathsep.join(filter(None, [str(ROOT), env.get("PYTHONPATH")])),
+        )
+        if user_threads:
+            env["OMP_NUM_THREADS"] = user_threads
+        runs[name] = batch.Run(
+            [str(here / "test_order.py"), "-p", "harness.plugin", "-p", "harness.workers", "-p", "harness.scheduling",
+             "-p", "no:cacheprovider", "-q", "-n", str(n), "--results", str(here / "results"), "--rootdir", str(here)],
+            cwd=here, env=env,
+        )  # fmt: skip
+    return runs
+
+
+@pytest.fixture(scope="module")
+def runs(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, dict[str, batch.Ran]]:
+    """:func:`make_runs`' results, run once per session in one process."""
+    return batch.shared(tmp_path_factory, "workers", make_runs)
+
+
 @pytest.mark.parametrize(
-    ("n", "user_threads"), [(2, None), (1, "1")], ids=["two-workers-split-the-cores", "omp-num-threads-wins"]
-)
-def test_workers_get_their_share_of_the_cores(tmp_path: Path, n: int, user_threads: str | None) -> None:
-    module = tmp_path / "test_order.py"
-    module.write_text(ORDER_MODULE)
-    log = tmp_path / "order.log"
-    env = {k: v for k, v in os.environ.items() if k not in (*workers.THREAD_VARIABLES, "PYTEST_XDIST_WORKER")}
-    env.update(
-        FP4_PROFILE="ci",
-        FP4_ORDER_LOG=str(log),
-        PYTHONPATH=os.pathsep.join(filter(None, [str(ROOT), env.get("PYTHONPATH")])),
-    )
-    if user_threads:
-        env["OMP_NUM_THREADS"] = user_threads
-    cmd = [
-        sys.executable, "-m", "pytest", str(module), "-p", "harness.plugin", "-p", "harness.workers",
-        "-p", "harness.scheduling", "-p", "no:cacheprovider", "-q", "-n", str(n),
-        "--results", str(tmp_path / "results"), "--rootdir", str(tmp_path),
-    ]  # fmt: skip
-    result = subprocess.run(cmd, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300)
+    "split",
+    # the first runs the module's batch (the other reads it): only it is marked long
+    [pytest.param("two-workers-split-the-cores", marks=pytest.mark.long(66)),
+     pytest.param("omp-num-threads-wins", marks=pytest.mark.late)],
+)  # fmt: skip
+def test_workers_get_their_share_of_the_cores(runs: tuple[Path, dict[str, batch.Ran]], split: str) -> None:
+    n, user_threads = SPLITS[split]
+    result, here = runs[1][split], runs[0] / split
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-2000:]
     want = int(user_threads) if user_threads else workers.threads_per_worker(workers.usable_cores(), n)
-    records = workers.read_records(tmp_path / "results")
+    records = workers.read_records(here / "results")
     assert [r["worker"] for r in records] == [f"gw{i}" for i in range(n)]
     assert all(r["threads"] == want and r["startup_s"] > 0 for r in records), records
     assert f"xdist workers: {n} process(es) x {want} torch thread(s)" in result.stdout
-    order = [line.split() for line in log.read_text().splitlines()]
+    order = [line.split() for line in (here / "order.log").read_text().splitlines()]
     assert len(order) == 8
     firsts = [next(name for w, name in order if w == f"gw{i}") for i in range(n)]
     assert all(name.startswith("long") for name in firsts), order  # each worker starts with a long test
@@ -140,13 +159,13 @@ def test_deal_spreads_the_head_over_the_workers() -> None:
 
 
 class _Item:
-    """A stand-in for a pytest item: a name and its ``long`` marker, if any."""
+    """A stand-in for a pytest item: a name and its ``long`` or ``late`` marker, if any."""
 
-    def __init__(self, name: str, long: pytest.MarkDecorator | None = None) -> None:
-        self.name, self.marker = name, long.mark if long else None
+    def __init__(self, name: str, marker: pytest.MarkDecorator | None = None) -> None:
+        self.name, self.marker = name, marker.mark if marker else None
 
     def get_closest_marker(self, name: str) -> pytest.Mark | None:
-        return self.marker if name == "long" else None
+        return self.marker if self.marker is not None and self.marker.name == name else None
 
 
 def test_long_tests_lead_longest_first_and_the_rest_keep_their_order() -> None:
@@ -161,3 +180,10 @@ def test_long_tests_lead_longest_first_and_the_rest_keep_their_order() -> None:
     ]
     assert [i.name for i in scheduling.long_first(items)] == ["e", "b", "f", "d", "a", "c"]
     assert [scheduling.expected_seconds(i) for i in items] == [None, 5.0, None, 0.0, 20.0, 5.0]
+
+
+def test_late_tests_follow_the_rest() -> None:
+    """A test reading a long test's runs (``late``) comes after every other test, in its own order."""
+    late, long = pytest.mark.late, pytest.mark.long
+    items = [_Item("a", late), _Item("b"), _Item("c", long(9)), _Item("d", late), _Item("e")]
+    assert [i.name for i in scheduling.long_first(items)] == ["c", "b", "e", "a", "d"]
