@@ -27,7 +27,7 @@ from contracts.moe import (
     tensor_dtypes,
     tiled,
 )
-from harness.properties import record_event
+from harness.properties import record_error, record_event
 from reference.errors import NanEncodingError
 from reference.formats import NVFP4_BLOCK, fp4_bytes_zero, scale_bytes_finite
 from reference.fp8 import Fp8Quantized, fp8_token_group_dequantize
@@ -224,3 +224,23 @@ def fp8_block_moe_stages(
     mag2 = torch.einsum("si,shi->sh", aa.abs(), w2.abs()) * weight
     tol2 = triton_fp8_block_tolerance(exact2, mag2, aa.shape[-1]) + 2.0**-23 * exact2.abs()
     return GemmStage("FC1", run.fc1, exact1, tol1), GemmStage("FC2 (times the routing weight)", run.fc2, exact2, tol2)
+
+
+def assert_within(got: torch.Tensor, exact: torch.Tensor, tol: torch.Tensor, what: str, label: str) -> float:
+    """Every element of ``got`` within ``tol`` of ``exact``; returns the worst ``|err| / tol`` (a Hypothesis
+    target under ``label``)."""
+    err = (got.double() - exact).abs()
+    ratio = torch.where(tol > 0, err / tol.clamp_min(1e-300), torch.where(err > 0, torch.inf, 0.0)).nan_to_num(
+        torch.inf
+    )
+    worst = ratio.max().item() if ratio.numel() else 0.0
+    bad = ~(err <= tol)
+    if bad.any():
+        at_ = tuple(int(i) for i in bad.nonzero()[ratio[bad].argmax()])
+        raise AssertionError(
+            f"{what}: {int(bad.sum())} of {err.numel()} elements outside the bound, non-finite "
+            f"{int((~torch.isfinite(got)).sum())}; worst |err|/tol = {worst:.3g} at {at_}: kernel {got[at_].item():.6g}, "
+            f"exact {exact[at_].item():.6g}, tol {tol[at_].item():.3g}"
+        )
+    record_error(worst, f"{label} |err|/tol")
+    return worst

@@ -32,6 +32,7 @@ from backends import record
 from backends.mxfp4_linear import AiterLinearPath
 from backends.mxfp4_moe import Mxfp4MoeBackend
 from conformance.layers import align_mxfp4, reference_output, silu_no_bias
+from conformance.moe_checks import assert_within
 from conformance.regressions import MXFP4_LINEAR_REGRESSIONS as LINEAR_REGRESSIONS
 from conformance.regressions import MXFP4_MOE_REGRESSIONS as MOE_REGRESSIONS
 from contracts.moe import MXFP4_MOE as MOE
@@ -64,26 +65,6 @@ ON_CUDA = record(AiterLinearPath.TRITON).on_cuda
 (its record, ``backends.mxfp4_linear``)."""
 gemm_tolerance = ON_CUDA.tolerance
 pytestmark = [getattr(pytest.mark, m) for m in ON_CUDA.requires]
-
-
-def assert_within(got: torch.Tensor, exact: torch.Tensor, tol: torch.Tensor, what: str, label: str) -> float:
-    """Every element of ``got`` within ``tol`` of ``exact``; returns the worst ``|err| / tol`` (a Hypothesis
-    target under ``label``)."""
-    err = (got.double() - exact).abs()
-    ratio = torch.where(tol > 0, err / tol.clamp_min(1e-300), torch.where(err > 0, torch.inf, 0.0)).nan_to_num(
-        torch.inf
-    )
-    worst = ratio.max().item() if ratio.numel() else 0.0
-    bad = ~(err <= tol)
-    if bad.any():
-        at_ = tuple(int(i) for i in bad.nonzero()[ratio[bad].argmax()])
-        raise AssertionError(
-            f"{what}: {int(bad.sum())} of {err.numel()} elements outside the bound, non-finite "
-            f"{int((~torch.isfinite(got)).sum())}; worst |err|/tol = {worst:.3g} at {at_}: kernel {got[at_].item():.6g}, "
-            f"exact {exact[at_].item():.6g}, tol {tol[at_].item():.3g}"
-        )
-    record_error(worst, f"{label} |err|/tol")
-    return worst
 
 
 # --- dynamic_mxfp4_quant ----------------------------------------------------------------------------
