@@ -18,7 +18,8 @@ back on this host, and the report gives both examples/s.
 
 The variables ``OMP_NUM_THREADS`` and ``MKL_NUM_THREADS`` are removed from the runs' environment
 so that the plugin sizes the thread pools; ``--threads T`` sets them to ``T`` instead (for example
-to measure the unsplit default, one thread per core in every worker).
+to measure the unsplit default, one thread per core in every worker). ``PYTHONDONTWRITEBYTECODE`` is removed
+too, as ``.ci/run`` removes it.
 
 The CI speed figure: ``python -m bench.scaling --workers auto --max-wall 60`` runs ``conformance tests`` once at
 ``-n auto`` and reports its wall time, CPU seconds, ten longest tests and the ten tests that used the most
@@ -91,11 +92,14 @@ def costliest(junit: Path, n: int = 10) -> list[tuple[str, float, float]]:
 
 
 KERNEL_MARKERS = "cuda or sm90 or sm100 or gfx950"
+UNSET = ("PYTHONDONTWRITEBYTECODE",)
+"""Removed from the runs' environment, as ``.ci/run`` removes it: with it every process (each xdist worker, each
+self-test's run) compiles the suite's modules and pytest rewrites its test modules again."""
 
 
 def pytest_env(profile: str, threads: int | None, root: Path) -> dict[str, str]:
-    """The runs' environment: thread variables removed (or forced to ``threads``), profile, root."""
-    env = {k: v for k, v in os.environ.items() if k not in THREAD_VARIABLES and k != "PYTEST_XDIST_WORKER"}
+    """The runs' environment: thread variables removed (or forced to ``threads``) and :data:`UNSET`; profile, root."""
+    env = {k: v for k, v in os.environ.items() if k not in (*THREAD_VARIABLES, *UNSET) and k != "PYTEST_XDIST_WORKER"}
     env.update(
         {"FP4_PROFILE": profile, "PYTHONPATH": os.pathsep.join(filter(None, [str(root), env.get("PYTHONPATH")]))}
     )

@@ -65,27 +65,53 @@ def with_path(env: Mapping[str, str], *folders: Path | str) -> dict[str, str]:
     return {**env, "PYTHONPATH": os.pathsep.join(filter(None, [*map(str, folders), env.get("PYTHONPATH")]))}
 
 
-def run_all(runs: Mapping[str, Run], folder: Path, timeout: float = 1800) -> dict[str, Ran]:
-    """Run ``runs`` in one ``python -m tests.batch`` process; ``{name: Ran}``. ``folder`` holds the spec and outputs."""
+def drivers(runs: int, workers: int) -> int:
+    """Driver processes a batch of ``runs`` is split into, in a pytest run of ``workers`` xdist workers: one per
+    four workers (at most 4, never more than ``runs``), so that on a many-core host the batch is not the run's
+    longest test; 1 (one process, the fewest imports) with up to 7 workers, as on the 2-core CI machine."""
+    return max(1, min(4, workers // 4, runs))
+
+
+def run_all(runs: Mapping[str, Run], folder: Path, timeout: float = 1800, parts: int = 1) -> dict[str, Ran]:
+    """Run ``runs`` in ``parts`` concurrent ``python -m tests.batch`` processes, run ``i`` in process ``i % parts``
+    (neighbouring runs, often alike in cost, go to different processes); ``{name: Ran}``. ``folder`` holds the
+    specs and outputs."""
     folder.mkdir(parents=True, exist_ok=True)
     spec = [
         {"name": name, "args": list(r.args), "cwd": str(r.cwd), "env": dict(r.env), "out": str(folder / name)}
         for name, r in runs.items()
     ]
-    (folder / "spec.json").write_text(json.dumps(spec))
     env = {k: v for k, v in os.environ.items() if k != "PYTEST_XDIST_WORKER"}
     env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(ROOT), env.get("PYTHONPATH")]))
-    driver = subprocess.run(
-        [sys.executable, "-m", "tests.batch", str(folder / "spec.json")],
-        cwd=ROOT, env=env, capture_output=True, text=True, timeout=timeout,
-    )  # fmt: skip
+    procs = []
+    for part in range(parts):
+        (folder / f"spec-{part}.json").write_text(json.dumps(spec[part::parts]))
+        procs.append(
+            subprocess.Popen(
+                [sys.executable, "-m", "tests.batch", str(folder / f"spec-{part}.json")],
+                cwd=ROOT,
+                env=env,
+                stdout=subprocess.PIPE,
+                stderr=subprocess.PIPE,
+                text=True,
+            )
+        )
+    ended = []
+    for proc in procs:
+        try:
+            stdout, stderr = proc.communicate(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            stdout, stderr = proc.communicate()
+        ended.append((proc.returncode, stdout, stderr))
     results = {}
-    for entry in spec:
+    for i, entry in enumerate(spec):
         out = Path(entry["out"])
         status = out / "returncode"
         if not status.exists():  # the batch process died before this run ended: each test reading it fails
-            why = f"no exit status: the batch process ended with {driver.returncode}\n{driver.stderr[-3000:]}"
-            results[entry["name"]] = Ran(-1, driver.stdout[-3000:], why)
+            code, stdout, stderr = ended[i % parts]
+            why = f"no exit status: the batch process ended with {code}\n{stderr[-3000:]}"
+            results[entry["name"]] = Ran(-1, stdout[-3000:], why)
             continue
         results[entry["name"]] = Ran(
             int(status.read_text()),
@@ -111,7 +137,8 @@ def shared(
         done = folder / "done.json"
         if not done.exists():
             runs = make(folder / "runs")
-            results = run_all(runs, folder / "out")
+            workers = int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1"))
+            results = run_all(runs, folder / "out", parts=drivers(len(runs), workers))
             done.write_text(json.dumps({k: vars(v) for k, v in results.items()}))
         loaded = json.loads(done.read_text())
     return folder / "runs", {k: Ran(**v) for k, v in loaded.items()}

@@ -1,0 +1,47 @@
+"""The self-tests' batch runner (:mod:`tests.batch`): how a batch is split, and that a split batch keeps each run's own
+result."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from tests import batch
+
+
+@pytest.mark.parametrize(
+    ("runs", "workers", "want"),
+    [(26, 1, 1), (26, 2, 1), (26, 7, 1), (26, 8, 2), (26, 16, 4), (26, 64, 4), (3, 16, 3), (1, 16, 1)],
+)
+def test_a_batch_is_split_only_with_many_workers(runs: int, workers: int, want: int) -> None:
+    assert batch.drivers(runs, workers) == want
+
+
+def test_a_split_batch_keeps_each_runs_result(tmp_path: Path) -> None:
+    """Three runs in two driver processes: each test's own exit status and output come back under its name."""
+    for name, body in {"passes": "pass", "fails": "assert False"}.items():
+        (tmp_path / f"test_{name}.py").write_text(f"def test_{name}():\n    {body}\n")
+    env = batch.suite_env()
+    runs = {
+        name: batch.Run(
+            [
+                str(tmp_path / f"test_{name}.py"),
+                "-p",
+                "no:cacheprovider",
+                "-p",
+                "no:xdist",
+                "-q",
+                "--results",
+                str(tmp_path / name),
+            ],
+            cwd=tmp_path,
+            env=env,
+        )
+        for name in ("passes", "fails")
+    }
+    runs["usage"] = batch.Run(["--no-such-option"], cwd=tmp_path, env=env)
+    results = batch.run_all(runs, tmp_path / "out", parts=2)
+    assert sorted((tmp_path / "out").glob("spec-*.json")) == [tmp_path / "out" / f"spec-{i}.json" for i in (0, 1)]
+    assert {name: ran.returncode for name, ran in results.items()} == {"passes": 0, "fails": 1, "usage": 4}
+    assert "1 passed" in results["passes"].stdout and "1 failed" in results["fails"].stdout
