@@ -5,7 +5,9 @@ A self-test that runs the suite end to end (``python -m pytest`` in a subprocess
 for a new interpreter, torch, Hypothesis and the plugin's imports, about 3 CPU seconds on the 2-core
 CPU machine, before its first test. :func:`shared` runs a module's invocations in one process instead,
 once per pytest session (one process of the xdist workers runs them; the others wait for and read its
-results), and each test asserts on its own run's exit status, output and files as before.
+results), and each test asserts on its own run's exit status, output and files as before. In a run of eight or
+more xdist workers (a many-core host) the batch is split over up to four concurrent processes (:func:`drivers`),
+so that it does not outlast the rest of the run.
 
 Each run gets what its own process would get: its environment (``os.environ`` replaced, then restored),
 its working folder, ``sys.path`` as ``python -m`` builds it (the working folder, then ``PYTHONPATH``),
