@@ -45,6 +45,11 @@ def main(argv: list[str] | None = None) -> int:
         "--readme", type=Path, help="also rewrite the bench section of this file (docs/measurements.md)"
     )
     parser.add_argument(
+        "--readme-block",
+        default="bench",
+        help="the generated block --readme rewrites, between <!-- NAME:start --> and <!-- NAME:end --> (default bench)",
+    )
+    parser.add_argument(
         "--from-json",
         type=Path,
         action="append",
@@ -68,7 +73,7 @@ def main(argv: list[str] | None = None) -> int:
         )
     print(markdown(report))
     if args.readme:
-        update_readme(args.readme, readme_section(report))
+        update_readme(args.readme, readme_section(report, args.readme_block), args.readme_block)
     seeds, unpinned = len(report["seeds"]), {s.name for s in CI_MUTANTS}
     missed = [
         r["subject"]

@@ -15,6 +15,7 @@ from bench.run import (
     chosen_subjects,
     grid_catches,
     joined,
+    markers,
     readme_section,
     update_readme,
 )
@@ -109,6 +110,11 @@ def test_readme_section_is_regenerated_between_its_markers(tmp_path) -> None:
     assert "old table" not in text and text.endswith(f"{README_END}\nrest\n")
     assert "| `bad-x` | 20/20, 2 / 5 |" in text and "| 1 of 2: g1 | — |" in text
     assert "python -m bench --seeds 20 --budget 200 --rate-seeds 5" in text
+    later_start, later_end = markers("later")  # a second block: rewritten alone, the first one kept
+    readme.write_text(f"{text}{later_start}\nolder rows\n{later_end}\n")
+    update_readme(readme, readme_section({**report, "date": "2026-12-05 09:00 UTC"}, "later"), "later")
+    again = readme.read_text()
+    assert again.startswith(text) and "older rows" not in again and "2026-12-05 09:00 UTC" in again
 
 
 def test_a_grid_catches_a_subject_only_where_the_builtin_passes(monkeypatch) -> None:
