@@ -98,10 +98,10 @@ def run_all(runs: Mapping[str, Run], folder: Path, timeout: float = 1800, parts:
                 text=True,
             )
         )
-    ended = []
+    ended, deadline = [], time.monotonic() + timeout  # one bound for the whole batch, as with one process
     for proc in procs:
         try:
-            stdout, stderr = proc.communicate(timeout=timeout)
+            stdout, stderr = proc.communicate(timeout=max(0.0, deadline - time.monotonic()))
         except subprocess.TimeoutExpired:
             proc.kill()
             stdout, stderr = proc.communicate()
