@@ -10,7 +10,6 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 checkout=$(pwd)
 venv="${1:-$(mktemp -d)/venv}"
-rm -rf build  # setuptools' staging folder: stale modules in it would be installed too
 scripts/install-cpu.sh "$venv" --copy
 python="$(cd "$venv" && pwd)/bin/python"
 work=$(mktemp -d)

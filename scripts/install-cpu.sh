@@ -31,7 +31,15 @@ if [ ! -x "$venv/bin/python" ]; then
 fi
 pip=("$venv/bin/python" -m pip install -q --disable-pip-version-check)
 "${pip[@]}" "torch==2.13.0" || "${pip[@]}" "torch==2.13.0" --index-url https://download.pytorch.org/whl/cpu
-"${pip[@]}" "${suite[@]}"
+# building the suite writes into the checkout (fp4_conformance.egg-info, and build/ for a copy): one build at a time
+# when several venvs install at once (.ci/run installs the engines' in the background); a copy first empties build/,
+# setuptools' staging folder, whose stale modules would be installed too
+lock="${TMPDIR:-/tmp}/fp4-conformance-build.lock"
+if [ "${2:-}" = --copy ]; then
+  flock "$lock" bash -c 'rm -rf build && "$@"' _ "${pip[@]}" "${suite[@]}"
+else
+  flock "$lock" "${pip[@]}" "${suite[@]}"
+fi
 "${pip[@]}" --no-deps "flashinfer-python==0.7.4" "apache-tvm-ffi>=0.1.11,<0.2"
 "${pip[@]}" numpy einops packaging requests tabulate tqdm click ninja nvidia-ml-py
 "${pip[@]}" --no-deps "amd-aiter==0.1.7.post2.dev18" "triton==3.6.0"

@@ -16,7 +16,7 @@ if [ ! -x "$venv/bin/python" ]; then
 fi
 pip=("$venv/bin/python" -m pip install -q --disable-pip-version-check)
 "${pip[@]}" "torch==2.13.0" || "${pip[@]}" "torch==2.13.0" --index-url https://download.pytorch.org/whl/cpu
-"${pip[@]}" -e .
+flock "${TMPDIR:-/tmp}/fp4-conformance-build.lock" "${pip[@]}" -e .  # one build at a time (scripts/install-cpu.sh)
 "${pip[@]}" --no-deps "flashinfer-python==0.7.2.post1" "apache-tvm-ffi>=0.1.11,<0.2"
 "${pip[@]}" numpy einops packaging requests tabulate tqdm click ninja nvidia-ml-py
 "${pip[@]}" --no-deps "amd-aiter==0.1.7.post2.dev18" "triton==3.6.0"
