@@ -1,4 +1,4 @@
-"""Hypothesis settings profiles: ``ci``, ``nightly``, ``triage`` (and ``dev``, the default locally).
+"""Hypothesis settings profiles: ``ci``, ``nightly``, ``triage`` (and ``dev``, the default locally; ``smoke``).
 
 Selected by ``--hypothesis-profile NAME`` or the environment variable ``FP4_PROFILE``; an
 unknown name is a usage error. Each profile also sets the per-example time limit
@@ -6,6 +6,8 @@ unknown name is a usage error. Each profile also sets the per-example time limit
 naming its test and its reproduction.
 
 * ``ci``: derandomized, 25 examples, no database, quick on 2 CPU cores.
+* ``smoke``: derandomized, the pins and 3 generated examples, no database: shows that every property runs
+  where the suite was installed (``scripts/check-installed.sh``), not a search.
 * ``nightly``: 500 examples, deadline off for GPU kernels, example database at ``--fp4-db`` /
   ``FP4_DB`` (default ``.hypothesis/fp4-nightly``; ``redis://...`` shares it across a fleet,
   :mod:`harness.database`) so failures replay the next night, on every host.
@@ -30,11 +32,11 @@ from pathlib import Path
 from hypothesis import HealthCheck, Phase, Verbosity, settings
 from hypothesis.database import DirectoryBasedExampleDatabase, ExampleDatabase
 
-PROFILES = ("ci", "nightly", "triage", "dev", "bench", "replay")
+PROFILES = ("ci", "smoke", "nightly", "triage", "dev", "bench", "replay")
 DATABASE_PROFILES = ("nightly", "triage", "replay")  # profiles that use the example database without --fp4-db
 DEFAULT_DB = ".hypothesis/fp4-nightly"
 
-TIME_LIMITS: dict[str, float] = {"ci": 300, "dev": 300, "bench": 300, "nightly": 1800, "triage": 1800, "replay": 1800}
+TIME_LIMITS: dict[str, float] = {"ci": 300, "smoke": 300, "dev": 300, "bench": 300, "nightly": 1800, "triage": 1800, "replay": 1800}
 """Per-example time limit in seconds. Generous: the first example of a kernel property may
 compile a JIT module (minutes for FlashInfer on a cold cache) and the first vLLM example imports
 vLLM; a hang is caught all the same, with its reproduction, instead of running until CI's limit."""
@@ -46,6 +48,7 @@ def register_profiles(database_path: str | None = None) -> None:
     db = DirectoryBasedExampleDatabase(database_path or os.environ.get("FP4_DB", DEFAULT_DB))
     common = dict(deadline=None, print_blob=True, suppress_health_check=_SUPPRESS)
     settings.register_profile("ci", max_examples=25, derandomize=True, database=None, **common)
+    settings.register_profile("smoke", max_examples=3, derandomize=True, database=None, **common)
     settings.register_profile("dev", max_examples=50, **common)
     settings.register_profile("nightly", max_examples=500, database=db, **common)
     settings.register_profile(
@@ -66,12 +69,12 @@ def register_profiles(database_path: str | None = None) -> None:
 def with_database(name: str, database: ExampleDatabase | None, *, explicit: bool) -> str:
     """The profile to load: ``name`` with ``database`` (when given), registered as ``name``.
 
-    ``explicit`` (the user named a database) with the derandomized ``ci`` profile is a ValueError.
+    ``explicit`` (the user named a database) with a derandomized profile (``ci``, ``smoke``) is a ValueError.
     """
     if database is None:
         return name
-    if explicit and name == "ci":
-        raise ValueError("the ci profile is derandomized and uses no example database; drop --fp4-db or FP4_DB")
+    if explicit and settings.get_profile(name).derandomize:
+        raise ValueError(f"the {name} profile is derandomized and uses no example database; drop --fp4-db or FP4_DB")
     settings.register_profile(name, parent=settings.get_profile(name), database=database)
     return name
 

@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # The suite as an engine's CI uses it: installed with `pip install .` (no -e) into a fresh venv, then run from an
-# unrelated folder (no checkout, no PYTHONPATH) through pytest's entry point: every property collects and passes
-# (the same tests as the checkout), the README's external subject (`--subject my_fp4_engine:SUBJECT`, imported
-# from that folder) passes, and the same subject padding gated layers to 16 fails with a reproduction line and
+# unrelated folder (no checkout, no PYTHONPATH) through pytest's entry point: every property collects (the same
+# tests as the checkout) and passes its pins and 3 generated examples, the README's external subject
+# (`--subject my_fp4_engine:SUBJECT`, imported from that folder) passes, and the same subject padding gated layers to 16 fails with a reproduction line and
 # script that, run as pasted from that folder, raise the same error.
 # usage: scripts/check-installed.sh [VENV_DIR]   (default: a new temporary folder; an existing venv is reused)
 # The checkout's own .venv (scripts/install-cpu.sh) lists the tests the installed copy must collect.
@@ -21,7 +21,9 @@ diff <(.venv/bin/python -m pytest conformance --collect-only -q -p no:cacheprovi
   || { echo "the installed copy collects other tests than the checkout" >&2 && exit 1; }
 
 cd "$work"
-"$python" -m pytest --pyargs conformance -p no:cacheprovider -n 2 --strict-markers
+# every property runs from the installed copy on its pins and 3 generated examples (the smoke profile): this
+# checks the package (modules, data files, plugin), the checkout's run above searches
+FP4_PROFILE=smoke "$python" -m pytest --pyargs conformance -p no:cacheprovider -n 2 --strict-markers
 
 # the README's external subject, saved in this folder, and its copy padding gated layers to 16
 awk '/<!-- readme-test: my_fp4_engine.py -->/ {on = 1; next} on && /^```python/ {code = 1; next}
