@@ -108,3 +108,11 @@ def test_a_copy_seeded_from_the_dev_venv_drops_what_only_the_dev_extra_installs(
     dev_only = module.extra_only("dev")
     assert {"ml-dtypes", "ruff", "redis"} <= set(dev_only), dev_only
     assert not {"torch", "numpy", "hypothesis", "pytest", "pytest-xdist"} & set(dev_only), dev_only
+
+
+def test_a_checkout_without_the_entry_points_is_refused_before_the_first_test() -> None:
+    """A self-test run whose suite is only on ``PYTHONPATH`` names the missing entry points (``tests/conftest.py``)."""
+    from tests.conftest import PLUGINS, missing_plugins
+
+    assert missing_plugins(set(PLUGINS)) == []
+    assert missing_plugins({"harness.workers", "xdist.plugin"}) == ["harness.plugin", "harness.scheduling"]
