@@ -36,7 +36,15 @@ PROFILES = ("ci", "smoke", "nightly", "triage", "dev", "bench", "replay")
 DATABASE_PROFILES = ("nightly", "triage", "replay")  # profiles that use the example database without --fp4-db
 DEFAULT_DB = ".hypothesis/fp4-nightly"
 
-TIME_LIMITS: dict[str, float] = {"ci": 300, "smoke": 300, "dev": 300, "bench": 300, "nightly": 1800, "triage": 1800, "replay": 1800}
+TIME_LIMITS: dict[str, float] = {
+    "ci": 300,
+    "smoke": 300,
+    "dev": 300,
+    "bench": 300,
+    "nightly": 1800,
+    "triage": 1800,
+    "replay": 1800,
+}
 """Per-example time limit in seconds. Generous: the first example of a kernel property may
 compile a JIT module (minutes for FlashInfer on a cold cache) and the first vLLM example imports
 vLLM; a hang is caught all the same, with its reproduction, instead of running until CI's limit."""
