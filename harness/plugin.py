@@ -70,10 +70,13 @@ MARKERS = {
 }
 
 
-@dataclass
+@dataclass(eq=False)
 class Session:
     """The plugin's per-process state (``config.stash[SESSION]``), registered as a plugin object
     so that it counts every report (on the xdist controller, the workers' reports too).
+
+    Compared by identity (``eq=False``): pluggy keeps plugins in sets, and hashes every plugin
+    once some folder's ``conftest.py`` is out of scope for a test.
 
     On the controller (the process that owns the results folder) ``lock`` holds the folder,
     ``record`` is the run's ``run.json`` and ``summary.json`` is rewritten after every counted

@@ -33,6 +33,7 @@ from hypothesis import HealthCheck, Phase, Verbosity, settings
 from hypothesis.database import DirectoryBasedExampleDatabase, ExampleDatabase
 
 PROFILES = ("ci", "smoke", "nightly", "triage", "dev", "bench", "replay")
+NO_DATABASE_PROFILES = ("ci", "smoke")  # derandomized: an example database would change nothing
 DATABASE_PROFILES = ("nightly", "triage", "replay")  # profiles that use the example database without --fp4-db
 DEFAULT_DB = ".hypothesis/fp4-nightly"
 
@@ -54,7 +55,12 @@ _SUPPRESS = [HealthCheck.too_slow, HealthCheck.data_too_large, HealthCheck.funct
 def register_profiles(database_path: str | None = None) -> None:
     """Register the suite's profiles (re-registering updates the database path)."""
     db = DirectoryBasedExampleDatabase(database_path or os.environ.get("FP4_DB", DEFAULT_DB))
-    common = dict(deadline=None, print_blob=True, suppress_health_check=_SUPPRESS)
+    # Every profile derives from Hypothesis's own ``default`` profile, not from the profile loaded at import:
+    # under a ``CI`` variable Hypothesis loads its ``ci`` profile (derandomized), which would make ``nightly``
+    # draw the same examples every night.
+    common = dict(
+        parent=settings.get_profile("default"), deadline=None, print_blob=True, suppress_health_check=_SUPPRESS
+    )
     settings.register_profile("ci", max_examples=25, derandomize=True, database=None, **common)
     settings.register_profile("smoke", max_examples=3, derandomize=True, database=None, **common)
     settings.register_profile("dev", max_examples=50, **common)
@@ -77,11 +83,11 @@ def register_profiles(database_path: str | None = None) -> None:
 def with_database(name: str, database: ExampleDatabase | None, *, explicit: bool) -> str:
     """The profile to load: ``name`` with ``database`` (when given), registered as ``name``.
 
-    ``explicit`` (the user named a database) with a derandomized profile (``ci``, ``smoke``) is a ValueError.
+    ``explicit`` (the user named a database) with one of :data:`NO_DATABASE_PROFILES` is a ValueError.
     """
     if database is None:
         return name
-    if explicit and settings.get_profile(name).derandomize:
+    if explicit and name in NO_DATABASE_PROFILES:
         raise ValueError(f"the {name} profile is derandomized and uses no example database; drop --fp4-db or FP4_DB")
     settings.register_profile(name, parent=settings.get_profile(name), database=database)
     return name

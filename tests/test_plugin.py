@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import inspect
 import json
+import os
 import shlex
 import subprocess
 import sys
@@ -98,6 +99,38 @@ def test_nightly_profile_uses_the_given_database(tmp_path: Path) -> None:
         assert settings.get_profile("ci").derandomize
     finally:
         profiles.register_profiles()
+
+
+def test_only_ci_and_smoke_are_derandomized_even_under_a_ci_variable() -> None:
+    """Hypothesis loads its own derandomized ``ci`` profile when ``CI`` is set; a nightly fleet host sets it."""
+    code = (
+        "from hypothesis import settings; from harness import profiles; profiles.register_profiles(); "
+        "print(sorted(n for n in profiles.PROFILES if settings.get_profile(n).derandomize))"
+    )
+    for env in ({"CI": "true"}, {}):
+        clean = {k: v for k, v in os.environ.items() if k != "CI"}
+        out = subprocess.run([sys.executable, "-c", code], env=clean | env, capture_output=True, text=True, check=True)
+        assert out.stdout.split("\n")[0] == "['ci', 'smoke']", (env, out.stdout, out.stderr)
+
+
+def test_an_explicit_database_is_refused_only_for_the_profiles_without_one(tmp_path: Path) -> None:
+    from hypothesis.database import DirectoryBasedExampleDatabase
+
+    db = DirectoryBasedExampleDatabase(tmp_path / "db")
+    try:
+        for name in profiles.NO_DATABASE_PROFILES:
+            with pytest.raises(ValueError, match=f"the {name} profile is derandomized"):
+                profiles.with_database(name, db, explicit=True)
+        assert profiles.with_database("triage", db, explicit=True) == "triage"
+    finally:
+        profiles.register_profiles()
+
+
+def test_the_plugin_state_is_hashable_as_pluggy_needs() -> None:
+    """pluggy hashes every registered plugin once a folder's conftest.py is out of scope for a test."""
+    from harness.plugin import Session
+
+    assert Session.__hash__ is not None
 
 
 # --- subjects ----------------------------------------------------------------------------------
