@@ -22,10 +22,11 @@ def missing_plugins(registered: set[str]) -> list[str]:
     return [name for name in PLUGINS if name not in registered]
 
 
-def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+def pytest_configure(config: pytest.Config) -> None:
+    """Refuse the run (before xdist starts its workers) when the entry points are missing."""
     missing = missing_plugins({ep.name for ep in entry_points(group="pytest11")})
-    if missing and any(item.path.is_relative_to(config.rootpath / "tests") for item in items):
+    if missing:
         raise pytest.UsageError(
             f"the self-tests need the suite installed (its pytest11 entry points {', '.join(missing)} are missing: "
-            "runs from other folders would not load the plugins); run `pip install -e .` in the checkout"
+            "runs from other folders would not load the plugins); run `python -m pip install -e .` in the checkout"
         )

@@ -110,9 +110,19 @@ def test_a_copy_seeded_from_the_dev_venv_drops_what_only_the_dev_extra_installs(
     assert not {"torch", "numpy", "hypothesis", "pytest", "pytest-xdist"} & set(dev_only), dev_only
 
 
-def test_a_checkout_without_the_entry_points_is_refused_before_the_first_test() -> None:
+def test_a_checkout_without_the_entry_points_is_refused_before_the_first_test(tmp_path: Path) -> None:
     """A self-test run whose suite is only on ``PYTHONPATH`` names the missing entry points (``tests/conftest.py``)."""
     from tests.conftest import PLUGINS, missing_plugins
 
     assert missing_plugins(set(PLUGINS)) == []
     assert missing_plugins({"harness.workers", "xdist.plugin"}) == ["harness.plugin", "harness.scheduling"]
+    hide = (  # the interpreter sees none of the suite's entry points, as with the checkout only on PYTHONPATH
+        "import importlib.metadata as m, sys, pytest; every = m.entry_points; "
+        "m.entry_points = lambda **kw: [e for e in every(**kw) if not e.value.startswith('harness.')]; "
+        "sys.exit(pytest.main(sys.argv[1:]))"
+    )
+    args = ["-p", "no:cacheprovider", "-n", "2", "--results", str(tmp_path / "results"), "tests/test_sizes.py"]
+    result = subprocess.run([sys.executable, "-c", hide, *args], cwd=ROOT, capture_output=True, text=True, timeout=120)
+    assert result.returncode == pytest.ExitCode.USAGE_ERROR, result.stdout[-2000:] + result.stderr[-2000:]
+    assert "INTERNALERROR" not in result.stdout + result.stderr
+    assert "entry points harness.plugin, harness.workers, harness.scheduling are missing" in result.stderr
