@@ -62,6 +62,11 @@ def suite_env(**extra: str) -> dict[str, str]:
     return env
 
 
+CPU_ONLY = {"CUDA_VISIBLE_DEVICES": "", "HIP_VISIBLE_DEVICES": ""}
+"""Environment for a run whose expected output is the CPU machine's (the README's pasted verdict, a crash's
+records, a kernel property skipped before its first example): the GPUs of a hardware host are hidden from it."""
+
+
 def with_path(env: Mapping[str, str], *folders: Path | str) -> dict[str, str]:
     """``env`` with ``folders`` first on its ``PYTHONPATH``."""
     return {**env, "PYTHONPATH": os.pathsep.join(filter(None, [*map(str, folders), env.get("PYTHONPATH")]))}

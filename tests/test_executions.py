@@ -23,6 +23,7 @@ from harness import executions, records, runner
 from harness.checkout import ROOT
 from harness.plugin import parametrized_backends
 from harness.properties import record_error
+from tests import batch
 
 
 def _marks(obj: object) -> list[pytest.Mark]:
@@ -154,7 +155,8 @@ def test_a_run_leaves_what_the_fold_reads(tmp_path: Path) -> None:
     results = tmp_path / "results"
     env = {k: v for k, v in os.environ.items() if k != "PYTEST_XDIST_WORKER"}
     cmd = [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-q", "--results", str(results), kernel, cpu]
-    proc = subprocess.run(cmd, cwd=ROOT, env={**env, "FP4_PROFILE": "ci"}, capture_output=True, text=True, timeout=600)
+    env |= {"FP4_PROFILE": "ci", **batch.CPU_ONLY}
+    proc = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=600)
     assert proc.returncode == 0, proc.stdout[-2000:]
     stats = json.loads((results / "stats-main.json").read_text())
     assert (stats[cpu]["outcome"], stats[cpu]["kernel"]) == ("passed", False)

@@ -19,6 +19,7 @@ from pathlib import Path
 import pytest
 
 from harness import records, report
+from tests import batch
 from tests.test_plugin import REPRO, in_parallel
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -249,7 +250,7 @@ def run_module(tmp_path: Path, folder: Path, *args: str, probe: str = "segfault"
     """``python -m pytest`` on :data:`DYING_MODULE` (marlin only), results and JUnit in ``folder``."""
     module = tmp_path / "test_dying.py"
     module.write_text(DYING_MODULE)
-    env = {**os.environ, "FP4_PROFILE": "ci", "FP4_GATE_PROBE": probe, "PYTHONPATH": str(ROOT)}
+    env = {**os.environ, **batch.CPU_ONLY, "FP4_PROFILE": "ci", "FP4_GATE_PROBE": probe, "PYTHONPATH": str(ROOT)}
     env.pop("PYTEST_XDIST_WORKER", None)
     cmd = [sys.executable, "-m", "pytest", str(module), "-p", "harness.plugin", "-p", "no:cacheprovider", "-q",
            "--rootdir", str(tmp_path), "--backend", "marlin", "--results", str(folder),

@@ -23,6 +23,8 @@ from pathlib import Path
 
 import pytest
 
+from tests import batch
+
 ROOT = Path(__file__).resolve().parent.parent
 README = ROOT / "README.md"
 _FENCE = re.compile(r"^```[a-z]*\n(.*?)^```", re.MULTILINE | re.DOTALL)
@@ -59,12 +61,17 @@ def run_shell(
     command: str, tmp_path: Path, env: dict[str, str] | None = None, timeout: int = 600
 ) -> subprocess.CompletedProcess[str]:
     """``command`` in bash from the checkout, ``ci`` profile unless it names one, with this interpreter for
-    ``.venv/bin/python`` and its results under ``tmp_path``."""
-    env = {**os.environ, "FP4_PROFILE": "ci", **(env or {})}
+    ``.venv/bin/python``, its results under ``tmp_path`` and no GPU (the README shows the CPU machine's output)."""
+    env = {**os.environ, "FP4_PROFILE": "ci", **batch.CPU_ONLY, **(env or {})}
     env.pop("PYTEST_XDIST_WORKER", None)
     command = command.replace(".venv/bin/python", shlex.quote(sys.executable))
     command += f" -p no:cacheprovider --results {shlex.quote(str(tmp_path / 'results'))}"
     return subprocess.run(["bash", "-c", command], cwd=ROOT, env=env, capture_output=True, text=True, timeout=timeout)
+
+
+def engine_path(folder: Path) -> str:
+    """The README's ``PYTHONPATH=$HOME/my-engine`` for ``folder``, keeping how this interpreter finds its libraries."""
+    return shlex.quote(os.pathsep.join(filter(None, [str(folder), os.environ.get("PYTHONPATH")])))
 
 
 def test_readme_is_a_short_guide() -> None:
@@ -118,12 +125,12 @@ def test_external_subject_example_runs_as_written(tmp_path: Path) -> None:
     assert pad16 != source
     (bad / "my_fp4_engine.py").write_text(pad16, encoding="utf-8")
 
-    result = run_shell(command.replace("$HOME/my-engine", shlex.quote(str(good))), good)
+    result = run_shell(command.replace("$HOME/my-engine", engine_path(good)), good)
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-2000:]
     assert re.search(r"\b5 passed\b", result.stdout), result.stdout[-3000:]
     assert "failed" not in result.stdout.splitlines()[-1]
 
-    broken = run_shell(command.replace("$HOME/my-engine", shlex.quote(str(bad))) + " -k backend_accepts", bad)
+    broken = run_shell(command.replace("$HOME/my-engine", engine_path(bad)) + " -k backend_accepts", bad)
     assert broken.returncode == 1, broken.stdout[-3000:]
     assert "flashinfer-trtllm rejects Ip=" in broken.stdout
     assert "input_tensor.shape[0]=" in broken.stdout and "must be a multiple of 128" in broken.stdout
