@@ -51,9 +51,13 @@ def git(args: list[str], root: Path = ROOT) -> str | None:
 
 
 def commit(root: Path = ROOT) -> str | None:
-    """The short commit of the checkout at ``root``; None when ``root`` is not a checkout."""
+    """The short commit of the checkout at ``root``, ``-dirty`` appended when tracked files differ from it
+    (``git describe --dirty``'s mark); None when ``root`` is not a checkout."""
     out = git(["rev-parse", "--short", "HEAD"], root)
-    return out.strip() or None if out is not None else None
+    if out is None or not out.strip():
+        return None
+    changed = git(["status", "--porcelain", "--untracked-files=no"], root)
+    return out.strip() + ("-dirty" if changed else "")
 
 
 @functools.cache

@@ -27,7 +27,11 @@ def extra_only(extra: str, dist: str = SUITE) -> list[str]:
         if req.marker is None or not req.marker.evaluate({"extra": extra}):
             continue
         added.add(canonicalize_name(req.name))
-        for sub in (Requirement(r) for r in importlib.metadata.requires(req.name) or ()):
+        try:
+            subs = importlib.metadata.requires(req.name) or ()
+        except importlib.metadata.PackageNotFoundError:  # not installed here: its own extras add nothing here
+            subs = ()
+        for sub in map(Requirement, subs):
             if (
                 sub.marker is not None
                 and "extra" in str(sub.marker)

@@ -53,6 +53,8 @@ def test_a_checkout_lists_what_git_tracks_and_its_commit(tmp_path: Path) -> None
     head = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=repo, capture_output=True, text=True)
     assert project_files(repo) == (repo / "tracked.py",)
     assert commit(repo) == head.stdout.strip()
+    (repo / "tracked.py").write_text("changed\n")
+    assert commit(repo) == head.stdout.strip() + "-dirty", "a changed tree was stamped with the clean commit"
 
 
 @pytest.mark.long(30)
