@@ -17,6 +17,7 @@ from __future__ import annotations
 import json
 import multiprocessing
 import os
+import re
 import subprocess
 import sys
 import tempfile
@@ -225,10 +226,13 @@ def markdown(report: dict[str, Any]) -> str:
 
 
 def _part(report: dict[str, Any]) -> dict[str, Any]:
+    """One run of a joined report: its date, the suite's commit or version it measured, its subjects."""
+    suite = re.search(r"fp4-conformance ([^,]+)", report.get("versions", ""))
+    where = {"date": report["date"], **({"suite": suite.group(1)} if suite else {})}
     if report["suite"]:
-        return {"date": report["date"], "subjects": [s["subject"] for s in report["suite"]]}
+        return {**where, "subjects": [s["subject"] for s in report["suite"]]}
     covered = {k for g in report["grids"] for k in g["catches"] if ":" not in k}
-    return {"date": report["date"], "subjects": [], "grids": len(covered)}
+    return {**where, "subjects": [], "grids": len(covered)}
 
 
 def joined(reports: list[dict[str, Any]]) -> dict[str, Any]:
@@ -285,7 +289,11 @@ def _parts(report: dict[str, Any]) -> list[str]:
     def what(p: dict[str, Any]) -> str:
         return ", ".join(f"`{s}`" for s in p["subjects"]) or f"fixed grids only, {p.get('grids', 0)} subjects"
 
-    return ["Joined from runs with the same options: " + "; ".join(f"{p['date']}: {what(p)}" for p in parts) + ".", ""]
+    def when(p: dict[str, Any]) -> str:
+        return f"{p['date']} ({p['suite']})" if "suite" in p else p["date"]
+
+    runs = "; ".join(f"{when(p)}: {what(p)}" for p in parts)
+    return [f"Joined from runs with the same options (the versions above are the last run's): {runs}.", ""]
 
 
 def readme_section(report: dict[str, Any], block: str = "bench") -> str:

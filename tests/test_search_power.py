@@ -149,5 +149,8 @@ def test_reports_of_the_same_options_join_and_a_later_row_replaces_an_earlier_on
         and both["wall_seconds"] == 30
         and both["parts"][2] == {"date": "d3", "subjects": [], "grids": 1}
     )
+    stamped = joined([report("d1", ["bad-a"]) | {"versions": "python 3.11.7, fp4-conformance commit abc1234"}, both])
+    assert stamped["parts"][0] == {"date": "d1", "suite": "commit abc1234", "subjects": ["bad-a"]}
+    assert "d1 (commit abc1234): `bad-a`; d1: `bad-a`, `bad-b`" in bench.run._parts(stamped)[0]
     with pytest.raises(SystemExit, match="cannot be joined"):
         joined([report("d1", ["bad-a"]), report("d2", ["bad-c"], seeds=5)])
