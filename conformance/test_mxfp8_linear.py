@@ -24,7 +24,7 @@ from reference.linear import exact_matmul
 from reference.mxfp8 import MXFP8_BLOCK, Mxfp8Quantized, mxfp8_dequantize
 from reference.padding import pad_dim
 from reference.sizes import round_up
-from strategies.mxfp8_linear import Mxfp8LinearShape, mxfp8_linear_case, mxfp8_linear_shapes
+from strategies.mxfp8_linear import Mxfp8LinearCase, Mxfp8LinearShape, mxfp8_linear_case, mxfp8_linear_shapes
 
 pytestmark = [pytest.mark.contract(CONTRACT)]
 
@@ -47,6 +47,16 @@ def prepare(policy: Mxfp8LinearPreparation, backend: enum.Enum, layer: Mxfp8Quan
         raise AssertionError(
             f"preparation for {backend.value} raised on weight {tuple(layer.codes.shape)}: {type(exc).__name__}: {exc}"
         ) from exc
+
+
+_CASES: PerConfig[Mxfp8LinearCase] = PerConfig(kept=16)
+"""A shape's tensors by shape JSON: the three properties and every backend's test draw the same shapes, and
+quantizing the weight is most of an example's work. Callers never change a case (``prepare`` hands copies)."""
+
+
+def case_of(shape: Mxfp8LinearShape) -> Mxfp8LinearCase:
+    """:func:`strategies.mxfp8_linear.mxfp8_linear_case` of ``shape``, built once while it is kept."""
+    return _CASES.get(shape.to_json(), (), lambda: mxfp8_linear_case(shape))
 
 
 def rec(backend: enum.Enum) -> Mxfp8LinearRecord:
@@ -75,7 +85,7 @@ def check_backend_accepts(shape: Mxfp8LinearShape, backend: enum.Enum, policy: M
     """The prepared weight and scale grid are uint8, 2-D, and of sizes the backend's ``mm_mxfp8`` path takes
     (``Kp`` a multiple of its K unit, ``Np`` of its N unit, both >= 128, grid ``[ru(Np, 128), ru(Kp/32, 4)]``)."""
     r = rec(backend)
-    prepared = prepare(policy, backend, mxfp8_linear_case(shape).layer)
+    prepared = prepare(policy, backend, case_of(shape).layer)
     w, s = prepared.weight, prepared.scale
     assert w.dtype == torch.uint8 and s.dtype == torch.uint8, f"dtypes {w.dtype}, {s.dtype}; want uint8 bytes"
     want = r.padded_shape(shape.n, shape.k)
@@ -98,7 +108,7 @@ def check_padding_invariance(shape: Mxfp8LinearShape, backend: enum.Enum, policy
     ``_mxfp8_swizzled_scale_len``; a NaN scale there multiplies zero operands and IEEE ``0 · NaN`` is NaN: the
     kernel's handling of it was not measured here), and the reference GEMM ``x @ W.T`` (fp64, left to right along K) through the padded layer, first ``N`` columns, is
     bit-identical to the unpadded layer's."""
-    case = mxfp8_linear_case(shape)
+    case = case_of(shape)
     prepared = prepare(policy, backend, case.layer)
     w, s = prepared.weight, prepared.scale
     n, k, kc = shape.n, shape.k, case.layer.scales.shape[1]
@@ -130,7 +140,7 @@ def check_minimal_and_idempotent(shape: Mxfp8LinearShape, backend: enum.Enum, po
     exactly its ``scale_grid``; preparing the prepared layer again (its weight, the grid's first ``Np`` rows and
     ``Kp/32`` columns) returns the same bytes."""
     r = rec(backend)
-    prepared = prepare(policy, backend, mxfp8_linear_case(shape).layer)
+    prepared = prepare(policy, backend, case_of(shape).layer)
     w, s = prepared.weight, prepared.scale
     want = r.padded_shape(shape.n, shape.k)
     assert tuple(w.shape) == want, (

@@ -62,11 +62,11 @@ class _Snapshot:
     shape: tuple[int, ...]
     stride: tuple[int, ...]
     dtype: torch.dtype
-    data: torch.Tensor  # the bytes, flattened
+    data: torch.Tensor  # the bytes, flattened (:func:`harness.hygiene.raw_words`)
 
 
 def _bytes(t: torch.Tensor) -> torch.Tensor:
-    return t.detach().reshape(-1).contiguous().view(torch.uint8).clone()
+    return hygiene.raw_words(t).clone()
 
 
 def _take(t: torch.Tensor) -> _Snapshot:
@@ -85,10 +85,13 @@ def _change(path: str, s: _Snapshot, t: torch.Tensor) -> str | None:
             f"{path} was {list(s.shape)} {s.dtype} strides {s.stride}, now {list(t.shape)} {t.dtype} "
             f"strides {tuple(t.stride())}"
         )
-    now = _bytes(t)
-    if torch.equal(now, s.data):
+    now = hygiene.raw_words(t)
+    if now.dtype == s.data.dtype and torch.equal(now, s.data):
         return None
-    diff = (now != s.data).nonzero().flatten()
+    now, was = now.view(torch.uint8), s.data.view(torch.uint8)
+    if torch.equal(now, was):
+        return None
+    diff = (now != was).nonzero().flatten()
     element = int(diff[0]) // t.element_size()
     index = tuple(int(i) for i in torch.unravel_index(torch.tensor(element), s.shape)) if s.shape else ()
     return f"{path} {list(s.shape)} {s.dtype}: {diff.numel()} byte(s) changed, first at element {list(index)}"
@@ -167,7 +170,7 @@ def _second_seed(label: str, before: dict[str, _Snapshot]) -> int:
     the ``random`` state, so it changes from example to example and a reproduction draws the same one."""
     crc = zlib.crc32(label.encode())
     for path, s in before.items():
-        crc = zlib.crc32(s.data[: 1 << 20].cpu().numpy().tobytes(), zlib.crc32(path.encode(), crc))
+        crc = zlib.crc32(s.data.view(torch.uint8)[: 1 << 20].cpu().numpy().tobytes(), zlib.crc32(path.encode(), crc))
     return zlib.crc32(repr(random.getstate()).encode(), crc)  # not hash(): hash(None) varies by process before 3.12
 
 

@@ -89,7 +89,7 @@ class GlobalScale(enum.Enum):
 def _round_to_codebook(magnitude: torch.Tensor, table: torch.Tensor) -> torch.Tensor:
     """Index of the nearest entry of the ascending ``table``, ties to the even index, saturating.
 
-    For E2M1 and E4M3 an entry's index parity is the mantissa LSB, so ties-to-even-index is IEEE
+    For E2M1 an entry's index parity is the mantissa LSB, so ties-to-even-index is IEEE
     round-to-nearest-even. Values beyond the last entry (and +inf) saturate to the last index.
     """
     if torch.isnan(magnitude).any():
@@ -179,18 +179,24 @@ def _e4m3_formula(b: torch.Tensor, sign: E4m3Sign) -> torch.Tensor:
     return torch.where((v & 0x80) != 0, -mag, mag)
 
 
-def _e4m3_table(device: torch.device) -> torch.Tensor:
-    return e4m3_decode(torch.arange(E4M3_MAX_BYTE + 1, device=device))
-
-
 def e4m3_encode(x: torch.Tensor) -> torch.Tensor:
     """E4M3 bytes of ``x``: round to nearest even, saturate to ±448, sign in bit 7.
 
-    NaN raises. Matches torch's ``x.to(torch.float8_e4m3fn)`` for every finite input and ±inf.
+    For a magnitude ``m <= 448`` (larger ones and +inf saturate to 448, byte 0x7E) in binade
+    ``E = max(floor(log2 m), -6)`` (the subnormals share the lowest normal binade's step), the grid step is
+    ``2^(E-3)``: ``q = round_half_even(m / 2^(E-3))`` is in ``[0, 16]`` (exact: a power-of-two division), and
+    the byte is ``(E + 6)·8 + q``, which is ``(E + 7) << 3 | (q - 8)`` for a normal, ``q`` for a subnormal
+    (``E = -6``, ``q < 8``), and the next binade's first byte when ``q`` rounds up to 16. NaN raises.
+    Matches torch's ``x.to(torch.float8_e4m3fn)`` for every finite input and ±inf.
     """
     x = x.float()
-    mag = _round_to_codebook(x.abs(), _e4m3_table(x.device))
-    return (mag | (torch.signbit(x).to(torch.int64) << 7)).to(torch.uint8)
+    if torch.isnan(x).any():
+        raise NanEncodingError("cannot encode NaN into an FP4/FP8 format without NaN handling")
+    m = x.abs().clamp(max=E4M3_MAX)
+    _, exp = torch.frexp(m)  # m = mant·2^exp, mant in [0.5, 1): floor(log2 m) = exp - 1
+    binade = torch.where(m < 2.0**-6, -6, exp.to(torch.int64) - 1)
+    q = torch.round(torch.ldexp(m, 3 - binade)).to(torch.int64)
+    return ((binade + 6) * 8 + q | (torch.signbit(x).to(torch.int64) << 7)).to(torch.uint8)
 
 
 def ue8m0_decode(
