@@ -27,7 +27,11 @@ from __future__ import annotations
 
 import ast
 import functools
+import hashlib
+import json
+import os
 import re
+import sys
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
@@ -206,7 +210,20 @@ def _first_match(pattern: re.Pattern[str], messages: tuple[str, ...]) -> str | N
 @functools.cache
 def generic_hits(match: str) -> dict[str, str]:
     """Family -> the first of its :func:`generic_messages` that ``match`` finds; without one, a suite message
-    that only matches quoting a generic error (:func:`quoting_messages`), under its own key."""
+    that only matches quoting a generic error (:func:`quoting_messages`), under its own key.
+
+    Answers are kept between processes (:func:`_answers`): reading and rendering the suite's messages and
+    searching them takes about 0.25 s, paid by every process that imports the engines' ledgers (each xdist
+    worker, each run of the suite) for the same answers."""
+    answers, where = _answers()
+    if match not in answers:
+        answers[match] = _search_families(match)
+        _keep(answers, where)
+    return dict(answers[match])
+
+
+def _search_families(match: str) -> dict[str, str]:
+    """:func:`generic_hits`, searched."""
     pattern = re.compile(match)
     hits = {
         family: hit
@@ -216,6 +233,39 @@ def generic_hits(match: str) -> dict[str, str]:
     if not hits and (hit := _first_match(pattern, quoting_messages())) is not None:
         hits = {f"{SUITE} quoting {PYTHON} or {TORCH}": hit}
     return hits
+
+
+@functools.cache
+def _answers() -> tuple[dict[str, dict[str, str]], Path]:
+    """The kept :func:`generic_hits` answers and their file, as Python keeps bytecode: a JSON file in this
+    package's ``__pycache__`` named for everything the answers depend on (this module's source, which makes the
+    Python and torch messages, the Python and torch versions, and the suite's message files, path and bytes).
+    A missing or unreadable file is no answers."""
+    import torch
+
+    key = hashlib.blake2b(f"{sys.version} {torch.__version__}".encode(), digest_size=12)
+    for path in (Path(__file__), *sorted(p for folder in SUITE_MESSAGE_DIRS for p in folder.glob("*.py"))):
+        key.update(f"{path.name}\0".encode())
+        key.update(path.read_bytes())
+    where = Path(__file__).parent / "__pycache__" / f"ledger-hits-{key.hexdigest()}.json"
+    try:
+        return json.loads(where.read_text()), where
+    except (OSError, ValueError):
+        return {}, where
+
+
+def _keep(answers: dict[str, dict[str, str]], where: Path) -> None:
+    """Write ``answers`` to ``where`` (whole, by rename: a concurrent reader sees the old or the new file), unless
+    bytecode is not written here (``PYTHONDONTWRITEBYTECODE``) or the folder is read-only."""
+    if sys.dont_write_bytecode:
+        return
+    try:
+        where.parent.mkdir(exist_ok=True)
+        partial = where.with_name(f"{where.name}.{os.getpid()}")
+        partial.write_text(json.dumps(answers))
+        os.replace(partial, where)
+    except OSError:
+        pass
 
 
 def _types(raises: type[BaseException] | tuple[type[BaseException], ...]) -> tuple[type[BaseException], ...]:

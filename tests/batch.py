@@ -20,6 +20,8 @@ that starts xdist workers (``-n 1``) starts them as its own process would, with 
 
 from __future__ import annotations
 
+import functools
+import gc
 import json
 import os
 import resource
@@ -154,13 +156,18 @@ def shared(
 # --- the driver ---------------------------------------------------------------------------------------
 
 
+@functools.cache
+def _installed_roots() -> tuple[str, ...]:
+    """The interpreter's standard library and installed-package folders, each ending in a separator."""
+    return tuple({sysconfig.get_paths()[key] + os.sep for key in ("stdlib", "platstdlib", "purelib", "platlib")})
+
+
 def _installed(module: object) -> bool:
     """Whether ``module`` comes from the interpreter's standard library or installed packages (kept between runs)."""
     file = getattr(module, "__file__", None)
     if not file:
         return False  # namespace packages and stand-ins made by the suite's adapters: dropped
-    roots = {sysconfig.get_paths()[key] for key in ("stdlib", "platstdlib", "purelib", "platlib")}
-    return any(str(file).startswith(root + os.sep) for root in roots)
+    return str(file).startswith(_installed_roots())
 
 
 def _run_one(entry: dict, base_path: list[str], keep: set[str]) -> int:
@@ -217,6 +224,10 @@ def main(argv: list[str] | None = None) -> int:
     own_path = [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p]
     base_path = [p for p in sys.path if p not in (here, "", *own_path)]
     keep = set(sys.modules)  # this driver's own modules, torch's and Hypothesis's
+    # what is alive now (the interpreter's, torch's and Hypothesis's objects) stays alive: out of the cyclic
+    # collector's sight, so the collections pytest makes at the end of every run scan only the runs' objects
+    gc.collect()
+    gc.freeze()
     for entry in spec:
         before, start = _cpu(), time.perf_counter()
         code = _run_one(entry, base_path, keep)
