@@ -49,7 +49,7 @@ def prepare(policy: Mxfp8LinearPreparation, backend: enum.Enum, layer: Mxfp8Quan
         ) from exc
 
 
-_CASES: PerConfig[Mxfp8LinearCase] = PerConfig(kept=16)
+_CASES: PerConfig[Mxfp8LinearCase] = PerConfig(kept=128)
 """A shape's tensors by shape JSON: the three properties and every backend's test draw the same shapes, and
 quantizing the weight is most of an example's work. Callers never change a case (``prepare`` hands copies)."""
 
