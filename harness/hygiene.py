@@ -110,19 +110,28 @@ def raw_words(t: torch.Tensor) -> torch.Tensor:
     return flat
 
 
+def byte_difference(
+    x: torch.Tensor, y: torch.Tensor, shape: tuple[int, ...], element_size: int
+) -> tuple[int, list[int]] | None:
+    """``None`` when :func:`raw_words` views ``x`` and ``y`` (one device) hold the same bytes; otherwise how many
+    bytes differ and the index of the first differing element of a tensor of ``shape``."""
+    if x.dtype == y.dtype and torch.equal(x, y):
+        return None
+    diff = (x.view(torch.uint8) != y.view(torch.uint8)).nonzero().flatten()
+    if diff.numel() == 0:
+        return None  # the same bytes, viewed as different words
+    element = int(diff[0]) // element_size
+    return diff.numel(), [int(i) for i in torch.unravel_index(torch.tensor(element), shape)] if shape else []
+
+
 def _bytes_differ(a: torch.Tensor, b: torch.Tensor) -> str | None:
     if (a.dtype, tuple(a.shape)) != (b.dtype, tuple(b.shape)):
         return f"{list(a.shape)} {a.dtype} vs {list(b.shape)} {b.dtype}"
-    x, y = raw_words(a), raw_words(b).to(a.device)
-    if x.dtype == y.dtype and torch.equal(x, y):
+    found = byte_difference(raw_words(a), raw_words(b).to(a.device), tuple(a.shape), a.element_size())
+    if found is None:
         return None
-    x, y = x.view(torch.uint8), y.view(torch.uint8)
-    if torch.equal(x, y):
-        return None
-    diff = (x != y).nonzero().flatten()
-    element = int(diff[0]) // max(1, a.element_size())
-    index = [int(i) for i in torch.unravel_index(torch.tensor(element), tuple(a.shape))] if a.dim() else []
-    return f"{list(a.shape)} {a.dtype}: {diff.numel()} byte(s) differ, first at element {index}"
+    count, index = found
+    return f"{list(a.shape)} {a.dtype}: {count} byte(s) differ, first at element {index}"
 
 
 def differences(a: Any, b: Any, path: str) -> list[str]:

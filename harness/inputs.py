@@ -85,16 +85,11 @@ def _change(path: str, s: _Snapshot, t: torch.Tensor) -> str | None:
             f"{path} was {list(s.shape)} {s.dtype} strides {s.stride}, now {list(t.shape)} {t.dtype} "
             f"strides {tuple(t.stride())}"
         )
-    now = hygiene.raw_words(t)
-    if now.dtype == s.data.dtype and torch.equal(now, s.data):
+    found = hygiene.byte_difference(hygiene.raw_words(t), s.data, s.shape, t.element_size())
+    if found is None:
         return None
-    now, was = now.view(torch.uint8), s.data.view(torch.uint8)
-    if torch.equal(now, was):
-        return None
-    diff = (now != was).nonzero().flatten()
-    element = int(diff[0]) // t.element_size()
-    index = tuple(int(i) for i in torch.unravel_index(torch.tensor(element), s.shape)) if s.shape else ()
-    return f"{path} {list(s.shape)} {s.dtype}: {diff.numel()} byte(s) changed, first at element {list(index)}"
+    count, index = found
+    return f"{path} {list(s.shape)} {s.dtype}: {count} byte(s) changed, first at element {index}"
 
 
 def changes(before: dict[str, _Snapshot]) -> list[str]:
