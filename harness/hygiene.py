@@ -114,7 +114,7 @@ def byte_difference(
     x: torch.Tensor, y: torch.Tensor, shape: tuple[int, ...], element_size: int
 ) -> tuple[int, list[int]] | None:
     """``None`` when :func:`raw_words` views ``x`` and ``y`` (one device) hold the same bytes; otherwise how many
-    bytes differ and the index of the first differing element of a tensor of ``shape``."""
+    bytes differ and the position of the first differing element of a tensor of ``shape``."""
     if x.dtype == y.dtype and torch.equal(x, y):
         return None
     diff = (x.view(torch.uint8) != y.view(torch.uint8)).nonzero().flatten()
