@@ -11,7 +11,8 @@ for the engine's issue tracker). The folder name starts with the engine it is ab
   need updating;
 * anything else: the script broke (``broken``), for example an engine refactor moved a function it calls.
 
-Each script runs with this interpreter (the engine's environment), one at a time. The command fails (exit 1)
+Each script runs with this interpreter (the engine's environment), as many at a time as there are usable cores
+(``--jobs``; each is one process, mostly importing the engine); their lines print in name order. The command fails (exit 1)
 when a reproduction no longer reproduces or breaks; a finding whose engine is not installed here is reported as
 ``not run`` and fails the command only when that engine was asked for (``--engine``). ``--write`` rewrites each
 run folder's ``output.txt``.
@@ -26,8 +27,11 @@ import os
 import subprocess
 import sys
 from collections.abc import Callable, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
+
+from harness.workers import usable_cores
 
 FINDINGS = Path(__file__).resolve().parents[1] / "findings"
 """The findings folders, one per upstream defect."""
@@ -144,24 +148,29 @@ def run_all(
     installed: Callable[[str], bool] = engine_installed,
     write: bool = False,
     echo: Callable[[str], None] = print,
+    jobs: int = 1,
 ) -> list[Outcome]:
-    """Run every finding of ``engine`` (None: of every engine) under ``root``, one at a time, echoing each
-    status line; a finding whose engine is not ``installed`` is not run."""
-    outcomes = []
-    for finding in findings(root):
-        if engine is not None and finding.engine != engine:
-            continue
+    """Run every finding of ``engine`` (None: of every engine) under ``root``, ``jobs`` scripts at a time,
+    echoing each status line in name order; a finding whose engine is not ``installed`` is not run."""
+    chosen = [f for f in findings(root) if engine is None or f.engine == engine]
+
+    def outcome_of(finding: Finding) -> Outcome:
         if not installed(finding.engine):
-            outcome = Outcome(finding, Status.NOT_RUN, None, f"{finding.engine} is not installed for {sys.executable}")
-            echo(f"{outcome.line()} ({finding.engine} is not installed)")
-        else:
-            outcome = run(finding)
-            echo(outcome.line())
-            if outcome.status is Status.BROKEN:
-                echo(outcome.output.rstrip())
-            if write:
-                write_output(outcome)
-        outcomes.append(outcome)
+            return Outcome(finding, Status.NOT_RUN, None, f"{finding.engine} is not installed for {sys.executable}")
+        return run(finding)
+
+    outcomes = []
+    with ThreadPoolExecutor(max_workers=max(1, jobs)) as pool:  # threads: each waits on its own process
+        for outcome in pool.map(outcome_of, chosen):
+            if outcome.status is Status.NOT_RUN:
+                echo(f"{outcome.line()} ({outcome.finding.engine} is not installed)")
+            else:
+                echo(outcome.line())
+                if outcome.status is Status.BROKEN:
+                    echo(outcome.output.rstrip())
+                if write:
+                    write_output(outcome)
+            outcomes.append(outcome)
     return outcomes
 
 
@@ -170,8 +179,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--engine", choices=ENGINES, help="run only this engine's findings (and fail if it is missing)")
     parser.add_argument("--findings", type=Path, default=FINDINGS, help="the findings folder (default: findings/)")
     parser.add_argument("--write", action="store_true", help="rewrite each run finding's output.txt")
+    parser.add_argument(
+        "--jobs", type=int, default=usable_cores(), help="scripts run at a time (default: the usable cores)"
+    )
     args = parser.parse_args(argv)
-    outcomes = run_all(args.findings, args.engine, write=args.write)
+    if args.jobs < 1:
+        parser.error(f"--jobs must be at least 1, got {args.jobs}")
+    outcomes = run_all(args.findings, args.engine, write=args.write, jobs=args.jobs)
     bad = failed(outcomes, args.engine)
     counts = {s: sum(o.status is s for o in outcomes) for s in Status}
     print(", ".join(f"{n} {s.value}" for s, n in counts.items() if n) or "no findings")

@@ -27,8 +27,12 @@ def statuses(outcomes: list[hf.Outcome]) -> dict[str, hf.Status]:
     return {o.finding.name: o.status for o in outcomes}
 
 
-def test_exit_status_is_the_verdict(tmp_path: Path) -> None:
-    outcomes = hf.run_all(make(tmp_path, SCRIPTS), installed=lambda _: True, echo=lambda _: None)
+@pytest.mark.parametrize("jobs", [1, 3])
+def test_exit_status_is_the_verdict(tmp_path: Path, jobs: int) -> None:
+    """Run one or several at a time, the verdicts are the same and their lines print in name order."""
+    lines: list[str] = []
+    outcomes = hf.run_all(make(tmp_path, SCRIPTS), installed=lambda _: True, echo=lines.append, jobs=jobs)
+    assert [name for line in lines if (name := line.split(":")[0]) in SCRIPTS] == sorted(SCRIPTS)
     assert statuses(outcomes) == {
         "sglang-broken": hf.Status.BROKEN,
         "sglang-fixed": hf.Status.FIXED,
