@@ -215,7 +215,7 @@ def ue8m0_decode(
 
 def fp4_bytes_zero(packed: torch.Tensor) -> torch.Tensor:
     """Per packed byte: both E2M1 codes are zero, ``+0`` (0x0) or ``-0`` (0x8), i.e. ``byte & 0x77 == 0``."""
-    return (packed.to(torch.int64) & 0x77) == 0
+    return (packed & 0x77) == 0
 
 
 def scale_bytes_finite(b: torch.Tensor, block: int) -> torch.Tensor:
