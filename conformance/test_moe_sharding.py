@@ -274,33 +274,32 @@ def partial_output(
     """fp64 ``(out, bias, S)`` ``[T, H]`` of the experts ``w`` (global ids ``experts``), for the tokens
     routed to them: ``out = Σ_j w_j·act(x W13ᵀ + b13) W2ᵀ``, ``bias = Σ_j w_j·b2`` and the magnitude
     ``S = Σ_j w_j·(|act(x W13ᵀ + b13)| |W2|ᵀ + |b2|)`` (no re-quantization: identical per channel on both
-    sides). Only routed experts are dequantized."""
+    sides). Only routed experts are dequantized; their ``R`` FC1 and FC2 products are batched over all ``T``
+    tokens, and ``c [R, T]`` (the token's routing weight where it picked the expert, else 0) selects them."""
     weights, ids = route(case.logits, config.top_k)
     x = case.x.double()
-    out, bias, mag = (torch.zeros(x.shape, dtype=torch.float64) for _ in range(3))
     local = {e: slot for slot, e in enumerate(experts)}
     routed = [e for e in ids.unique().tolist() if e in local]
     if not routed:
-        return out, bias, mag
+        return tuple(torch.zeros(x.shape, dtype=torch.float64) for _ in range(3))
     picked = select_experts(w, tuple(local[e] for e in routed))
     idx = torch.tensor(routed, dtype=torch.long)
-    w13, w2 = dequantize_moe(picked, case.w13_decode[idx], case.w2_decode[idx])
+    w13, w2 = (t.double() for t in dequantize_moe(picked, case.w13_decode[idx], case.w2_decode[idx]))
     if config.gated:
         w13 = relayout_fc1(w13, w.fc1_layout, Fc1Layout.GATE_UP)
-    b13 = None if picked.w13_bias is None else picked.w13_bias.double()
-    if b13 is not None and config.gated:
-        b13 = relayout_fc1(b13, w.fc1_layout, Fc1Layout.GATE_UP, -1)
-    for j, expert in enumerate(routed):
-        tok, slot = (ids == expert).nonzero(as_tuple=True)
-        hid = x[tok] @ w13[j].double().T
-        a = activate(hid if b13 is None else hid + b13[j], config.activation, GateUpOrder.GATE_UP)
-        wj = weights[tok, slot, None].double()
-        out.index_add_(0, tok, wj * (a @ w2[j].double().T))
-        mag.index_add_(0, tok, wj * (a.abs() @ w2[j].double().abs().T))
-        if picked.w2_bias is not None:
-            b2 = picked.w2_bias[j].double()
-            bias.index_add_(0, tok, wj * b2)
-            mag.index_add_(0, tok, wj * b2.abs())
+    hid = torch.matmul(x, w13.mT)  # [R, T, F·I]
+    if picked.w13_bias is not None:
+        b13 = picked.w13_bias.double()
+        hid = hid + (relayout_fc1(b13, w.fc1_layout, Fc1Layout.GATE_UP, -1) if config.gated else b13)[:, None]
+    a = activate(hid, config.activation, GateUpOrder.GATE_UP)  # [R, T, I]
+    c = ((ids[None] == idx[:, None, None]) * weights.double()[None]).sum(-1)  # [R, T]; top-k ids are distinct
+    out = (c[..., None] * torch.matmul(a, w2.mT)).sum(0)
+    mag = (c[..., None] * torch.matmul(a.abs(), w2.abs().mT)).sum(0)
+    bias = torch.zeros_like(out)
+    if picked.w2_bias is not None:
+        b2 = picked.w2_bias.double()
+        bias = c.T @ b2
+        mag = mag + c.T @ b2.abs()
     return out, bias, mag
 
 
