@@ -27,6 +27,8 @@ from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
 from typing import Any
 
+import torch
+
 from bench.detection import GOAL_RATE, GOAL_SEEDS, Draws, detect, properties
 from harness import records
 from harness.hardware import machine
@@ -397,7 +399,9 @@ def run(
     _JOB.update(subjects=chosen, seeds=seeds, budget=budget, rate_seeds=rate_seeds, draws=Draws(), grids=grid_list)
     _JOB.update(with_suite=with_suite, costs={}, quick=quick)
     if jobs > 1:
-        with ProcessPoolExecutor(jobs, mp_context=multiprocessing.get_context("fork")) as pool:
+        threads = max(1, torch.get_num_threads() // jobs)  # the cores shared out, as harness.workers does
+        fork = multiprocessing.get_context("fork")
+        with ProcessPoolExecutor(jobs, mp_context=fork, initializer=torch.set_num_threads, initargs=(threads,)) as pool:
             measured = list(pool.map(_measure, range(len(chosen))))
     else:
         measured = [_measure(i) for i in range(len(chosen))]
