@@ -33,6 +33,7 @@ def cell(engine: str, model: str, hardware: str, tp: int, ep: int = 1) -> dict:
     return found
 
 
+@pytest.mark.long(20)  # builds every cell's layers through the engine (15.5 s for SGLang 0.5.23 on 2 CPU cores)
 @pytest.mark.parametrize("engine", [pytest.param(e, marks=m) for e, m in INSTALLED.items()])
 def test_engine_matrix_is_current(engine: str) -> None:
     want = checked_in(engine)
