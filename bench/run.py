@@ -33,6 +33,7 @@ from bench.detection import GOAL_RATE, GOAL_SEEDS, Draws, detect, properties
 from harness import records
 from harness.hardware import machine
 from harness.inputs import guard_inputs
+from harness.workers import threads_per_worker
 from subjects.registry import Subject, builtin, known_bad, resolve
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -399,7 +400,7 @@ def run(
     _JOB.update(subjects=chosen, seeds=seeds, budget=budget, rate_seeds=rate_seeds, draws=Draws(), grids=grid_list)
     _JOB.update(with_suite=with_suite, costs={}, quick=quick)
     if jobs > 1:
-        threads = max(1, torch.get_num_threads() // jobs)  # the cores shared out, as harness.workers does
+        threads = threads_per_worker(torch.get_num_threads(), jobs)
         fork = multiprocessing.get_context("fork")
         with ProcessPoolExecutor(jobs, mp_context=fork, initializer=torch.set_num_threads, initargs=(threads,)) as pool:
             measured = list(pool.map(_measure, range(len(chosen))))

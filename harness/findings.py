@@ -12,10 +12,10 @@ for the engine's issue tracker). The folder name starts with the engine it is ab
 * anything else: the script broke (``broken``), for example an engine refactor moved a function it calls.
 
 Each script runs with this interpreter (the engine's environment), as many at a time as there are usable cores
-(``--jobs``; each is one process, mostly importing the engine); their lines print in name order. The command fails (exit 1)
-when a reproduction no longer reproduces or breaks; a finding whose engine is not installed here is reported as
-``not run`` and fails the command only when that engine was asked for (``--engine``). ``--write`` rewrites each
-run folder's ``output.txt``.
+(``--jobs``; each is one process, mostly importing the engine); their lines print in name order. The command
+fails (exit 1) when a reproduction no longer reproduces or breaks; a finding whose engine is not installed here
+is reported as ``not run`` and fails the command only when that engine was asked for (``--engine``).
+``--write`` rewrites each run folder's ``output.txt``.
 """
 
 from __future__ import annotations
