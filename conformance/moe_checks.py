@@ -32,6 +32,7 @@ from reference.errors import NanEncodingError
 from reference.formats import NVFP4_BLOCK, fp4_bytes_zero, scale_bytes_finite
 from reference.fp8 import Fp8Quantized, fp8_token_group_dequantize
 from reference.layouts import Fc1Layout, split_fc1
+from reference.padding import outside_corner
 from strategies.tensors import dequantize_moe
 
 TENSORS = ("w13", "w13_scale", "w2", "w2_scale", "w13_bias", "w2_bias")
@@ -122,12 +123,6 @@ def fc1_parts(x: torch.Tensor, layout: Fc1Layout, gated: bool, dim: int = -2) ->
     return dict(zip(("gate", "up"), split_fc1(x, layout, dim), strict=True)) if gated else {"FC1": x}
 
 
-def _outside_corner(dst: torch.Tensor, shape: tuple[int, ...]) -> list[torch.Tensor]:
-    """The elements of ``dst`` outside its leading ``shape`` corner, as disjoint views: for each dim ``i``
-    that ``dst`` extends, the block within the corner along dims ``< i`` and past it along dim ``i``."""
-    return [dst[(*(slice(0, m) for m in shape[:i]), slice(n, None))] for i, n in enumerate(shape) if dst.shape[i] > n]
-
-
 def assert_embedded(name: str, src: torch.Tensor, dst: torch.Tensor, pad: PadRule) -> None:
     """``src`` sits in the leading corner of ``dst`` (same leading dims) and every other element
     satisfies ``pad``."""
@@ -136,9 +131,7 @@ def assert_embedded(name: str, src: torch.Tensor, dst: torch.Tensor, pad: PadRul
         f"{name}: padded shape {tuple(dst.shape)} is smaller than the original {tuple(src.shape)}"
     )
     assert torch.equal(dst[corner], src), f"{name}: the original {tuple(src.shape)} block moved or changed"
-    bad = [
-        part[~allowed] for part in _outside_corner(dst, tuple(src.shape)) if not (allowed := pad.allowed(part)).all()
-    ]
+    bad = [part[~allowed] for part in outside_corner(dst, tuple(src.shape)) if not (allowed := pad.allowed(part)).all()]
     count = sum(b.numel() for b in bad)
     assert count == 0, (
         f"{name}: padding of {tuple(src.shape)} -> {tuple(dst.shape)} holds {count} value(s) that are not "

@@ -25,6 +25,13 @@ def pad_dim(x: torch.Tensor, dim: int, size: int, fill: int | float = 0) -> torc
     return torch.cat((x, x.new_full(shape, fill)), dim=dim)
 
 
+def outside_corner(dst: torch.Tensor, shape: tuple[int, ...]) -> list[torch.Tensor]:
+    """The elements of ``dst`` outside its leading ``shape`` corner (what trailing padding added), as disjoint
+    views: for each dim ``i`` that ``dst`` extends, the block within the corner along dims ``< i`` and past it
+    along dim ``i``. Empty when ``dst`` has ``shape``."""
+    return [dst[(*(slice(0, m) for m in shape[:i]), slice(n, None))] for i, n in enumerate(shape) if dst.shape[i] > n]
+
+
 def pad_fused_rows(x: torch.Tensor, halves: int, padded_half: int, fill: int | float = 0) -> torch.Tensor:
     """Pad each of the ``halves`` (1 or 2) stacked row blocks along dim -2 to ``padded_half`` rows.
 
