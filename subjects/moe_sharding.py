@@ -14,6 +14,7 @@ the EP rank's or keep ``w2_bias`` on every TP rank.
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
 
@@ -467,16 +468,22 @@ class LoaderSharding:
         (None: the engine's default) after its loader read the whole checkpoint ``ckpt``."""
         raise NotImplementedError
 
+    def loading(self) -> contextlib.AbstractContextManager[object]:
+        """Entered around loading every rank of a layer (both checkpoints): what the engine sets up once per
+        process rather than once per layer. None by default."""
+        return contextlib.nullcontext()
+
     def shard_moe(
         self, weights: MoeWeights, gated: bool, tp: int, *, ep: int = 1, backend=None
     ) -> tuple[RankShard, ...]:
         probe = coordinate_checkpoint(weights, gated)
         held, loaded = [], []
-        for rank in range(tp * ep):
-            ep_rank, tp_rank = rank_coordinates(rank, tp)
-            where = {"ep": ep, "ep_rank": ep_rank, "backend": backend}
-            held.append(held_coordinates(self.load_rank(probe, gated, tp, tp_rank, **where), gated))
-            loaded.append(self.load_rank(weights, gated, tp, tp_rank, **where))
+        with self.loading():
+            for rank in range(tp * ep):
+                ep_rank, tp_rank = rank_coordinates(rank, tp)
+                where = {"ep": ep, "ep_rank": ep_rank, "backend": backend}
+                held.append(held_coordinates(self.load_rank(probe, gated, tp, tp_rank, **where), gated))
+                loaded.append(self.load_rank(weights, gated, tp, tp_rank, **where))
         shards, end = [], 0
         for rank, (h, w) in enumerate(zip(held, loaded, strict=True)):
             ep_rank, tp_rank = rank_coordinates(rank, tp)

@@ -547,6 +547,21 @@ def test_ep_not_dividing_experts_is_refused() -> None:
         POLICY_SHARDING.shard_moe(_nvfp4_weights(3, 256), True, 1, ep=2)
 
 
+def test_ranks_of_a_layer_share_one_published_server_args(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Every rank's ``FusedMoE`` of one ``shard_moe`` (TP 2 x EP 2, each rank loaded twice: 8 layers) is built
+    under one published dummy ``ServerArgs`` (:func:`subjects.sglang.layer.shared_server_args`), and the context
+    before it is restored after; a layer built alone publishes its own."""
+    ctx = sglang_modules().ctx.get_context()
+    calls, original = [], type(ctx).override_server_args
+    monkeypatch.setattr(type(ctx), "override_server_args", lambda self, **kw: calls.append(kw) or original(self, **kw))
+    before = ctx._server_args
+    POLICY_SHARDING.shard_moe(_nvfp4_weights(4, 256), True, 2, ep=2, backend=Nvfp4MoeBackend.FLASHINFER_TRTLLM)
+    assert len(calls) == 1 and ctx._server_args is before
+    for rank in range(2):
+        load_nvfp4_rank(Nvfp4MoeBackend.FLASHINFER_TRTLLM, _nvfp4_weights(1, 256), True, 2, rank)
+    assert len(calls) == 3 and ctx._server_args is before
+
+
 @pytest.mark.parametrize(
     ("backend", "want"),
     [

@@ -35,6 +35,7 @@ SGLang asserts ``I % tp == 0`` in ``FusedMoE.__init__``; that assertion is repor
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import replace
@@ -50,6 +51,7 @@ from reference.layouts import Fc1Layout, relayout_fc1
 from subjects.moe_sharding import LoaderSharding
 from subjects.sglang.bridge import FP8_BACKENDS, MXFP4_BACKENDS, NVFP4_BACKENDS, not_mapped
 from subjects.sglang.fp8_moe import load_fp8_rank
+from subjects.sglang.layer import shared_server_args
 from subjects.sglang.mxfp4_moe import gpt_oss_family, load_mxfp4_rank, load_quark_mxfp4_rank
 from subjects.sglang.nvfp4_moe import load_nvfp4_rank
 
@@ -87,6 +89,10 @@ FP8_SPLIT_REFUSED = "is not divisible by weight quantization block_n"
 class SglangMoeSharding(LoaderSharding):
     """SGLang 0.5.23's ``FusedMoE.weight_loader`` for every rank of a TP x EP grid (module docstring), under
     the drawn kernel backend's runner (None: :data:`NVFP4_BACKEND` / :data:`MXFP4_BACKEND`)."""
+
+    def loading(self) -> contextlib.AbstractContextManager[object]:
+        """One published dummy ``ServerArgs`` for every rank's ``FusedMoE`` (:func:`shared_server_args`)."""
+        return shared_server_args()
 
     def load_rank(
         self,

@@ -14,6 +14,7 @@ from reference.formats import MXFP4_BLOCK
 from subjects.moe_sharding import LoaderSharding
 from subjects.sglang.dsv4.bridge import DSV4_BACKENDS, not_mapped
 from subjects.sglang.dsv4.mxfp4_moe import load_dsv4_rank
+from subjects.sglang.layer import shared_server_args
 from subjects.sglang.sharding import uneven_split_refused
 
 DSV4_SHARDING_BACKEND = Mxfp4MoeBackend.FLASHINFER_TRTLLM
@@ -29,6 +30,10 @@ class SglangDsv4MoeSharding(LoaderSharding):
     128-alignment ``ValueError`` are reported as :class:`~contracts.moe_sharding.ShardRefused`. Not served
     (:class:`~contracts.errors.CheckpointNotServed`): what no DeepSeek-V4 checkpoint or method has (non-gated or
     NVFP4 experts, expert biases, a backend outside :data:`DSV4_BACKENDS`)."""
+
+    def loading(self) -> contextlib.AbstractContextManager[object]:
+        """One published dummy ``ServerArgs`` for every rank's ``FusedMoE`` (:func:`shared_server_args`)."""
+        return shared_server_args()
 
     def load_rank(
         self, ckpt: MoeWeights, gated: bool, tp: int, tp_rank: int, *, ep: int, ep_rank: int, backend
