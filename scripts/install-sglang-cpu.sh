@@ -19,7 +19,7 @@ if not torch.__version__.startswith("2.13.0") or torch.version.cuda is not None:
     sys.exit(f"need CPU torch 2.13.0 in the active venv, found {torch.__version__} (cuda={torch.version.cuda})")
 PY
 
-pip_i() { "$py" -m pip install --disable-pip-version-check -q "$@"; }
+pip_i() { "$py" -m pip install --disable-pip-version-check --no-compile -q "$@"; }
 
 # 0. No amd-aiter here (scripts/install-cpu.sh installs it): SGLang 0.5.23 guards
 #    `from aiter.ops.triton.quant import dynamic_mxfp4_quant` (srt/layers/quantization/quark/utils.py)

@@ -23,7 +23,7 @@ if not torch.__version__.startswith("2.13.0") or torch.version.cuda is not None:
     sys.exit(f"need CPU torch 2.13.0 in the active venv, found {torch.__version__} (cuda={torch.version.cuda})")
 PY
 
-pip_i() { "$py" -m pip install --disable-pip-version-check -q "$@"; }
+pip_i() { "$py" -m pip install --disable-pip-version-check --no-compile -q "$@"; }
 
 # 1. vLLM itself, no deps (its metadata pins torch==2.14.0 + CUDA packages).
 pip_i --no-deps vllm==0.33.0

@@ -26,7 +26,7 @@ else
     # FP4_SEED_VENV: start from that venv's packages, as scripts/install-cpu.sh does
     [ -z "${FP4_SEED_VENV:-}" ] || scripts/seed-venv.sh "$FP4_SEED_VENV" "$venv"
   fi
-  pip=("$venv/bin/python" -m pip install -q --disable-pip-version-check)
+  pip=("$venv/bin/python" -m pip install -q --no-compile --disable-pip-version-check)
   "${pip[@]}" "torch==2.13.0" || "${pip[@]}" "torch==2.13.0" --index-url https://download.pytorch.org/whl/cpu
   flock "${TMPDIR:-/tmp}/fp4-conformance-build.lock" "${pip[@]}" -e .  # one build at a time (scripts/install-cpu.sh)
   "${pip[@]}" --no-deps "flashinfer-python==0.7.2.post1" "apache-tvm-ffi>=0.1.11,<0.2"
