@@ -41,6 +41,7 @@ property runner needs) and :data:`SESSION` (the subject, the results folder, the
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import enum
 import json
@@ -530,11 +531,14 @@ def _select_shard(config: pytest.Config, items: list[pytest.Item]) -> None:
 @pytest.fixture
 def policy(request: pytest.FixtureRequest):
     """The selected subject's policy for the requesting test's contract, behind the input check
-    (:func:`harness.inputs.guard_inputs`: a call that writes to its input tensors fails)."""
+    (:func:`harness.inputs.guard_inputs`: a call that writes to its input tensors fails), inside the subject's
+    :attr:`~subjects.registry.Subject.context` for the test's examples."""
     contract = _contract(request.node)
     if contract is None:
         raise pytest.UsageError(f"{request.node.nodeid} uses the policy fixture without @pytest.mark.contract")
-    return guard_inputs(request.config.stash[SESSION].subject.policy(contract))
+    subject = request.config.stash[SESSION].subject
+    with subject.context() if subject.context else contextlib.nullcontext():
+        yield guard_inputs(subject.policy(contract))
 
 
 @pytest.hookimpl(tryfirst=True)

@@ -20,6 +20,7 @@ import enum
 import importlib
 import re
 from collections.abc import Callable, Mapping
+from contextlib import AbstractContextManager
 from dataclasses import KW_ONLY, dataclass, field
 from typing import Any
 
@@ -174,6 +175,10 @@ class Subject:
     """Why this subject cannot run on this machine (None when it can), asked once before the first
     test: an engine subject whose engine is not installed is a usage error, not a run of skips or
     failures. It should be cheap (look for the package, do not import it)."""
+    context: Callable[[], AbstractContextManager[object]] | None = None
+    """Entered around each property test's examples (the ``policy`` fixture): what an engine process sets up
+    once for all its layers rather than once per layer (SGLang's published ``ServerArgs``,
+    :func:`subjects.sglang.layer.shared_server_args`). None: nothing."""
 
     def policy(self, contract: str) -> Any | None:
         return self.policies.get(contract)

@@ -61,7 +61,10 @@ def shared_server_args() -> Iterator[None]:
     that backend and platform) and it stays published until the scope ends or a layer under another backend or
     platform publishes its own; then the context before it is restored, as each layer's own publication restores
     it. For the ranks of one layer (:class:`subjects.moe_sharding.LoaderSharding`): one resolution instead of one
-    per rank and load."""
+    per rank and load. Inside another scope (the subject's, around a property test's examples): that scope's."""
+    if _SCOPES:
+        yield
+        return
     scope = _Published()
     _SCOPES.append(scope)
     try:

@@ -58,6 +58,7 @@ from subjects.registry import Subject, register_subject
 from subjects.sglang.bridge import SGLANG_VERSION, sglang_missing
 from subjects.sglang.fp8_moe import SglangFp8MoeAlignment
 from subjects.sglang.fp8_tensor_moe import SglangFp8TensorMoeAlignment
+from subjects.sglang.layer import shared_server_args
 from subjects.sglang.ledger import SGLANG_KNOWN_FAILURES, SGLANG_SHARDING_FAILURES
 from subjects.sglang.mxfp4_linear import SglangQuarkMxfp4Linear
 from subjects.sglang.mxfp4_moe import SglangMxfp4MoeAlignment
@@ -78,5 +79,6 @@ register_subject(
         },
         known_failures=SGLANG_KNOWN_FAILURES + SGLANG_SHARDING_FAILURES,
         missing=sglang_missing,
+        context=shared_server_args,
     )
 )

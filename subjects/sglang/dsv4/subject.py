@@ -37,6 +37,7 @@ from subjects.sglang.bridge import SGLANG_VERSION, sglang_missing
 from subjects.sglang.dsv4.ledger import DSV4_KNOWN_FAILURES, DSV4_SHARDING_FAILURES
 from subjects.sglang.dsv4.mxfp4_moe import SglangDsv4MoeAlignment
 from subjects.sglang.dsv4.sharding import SglangDsv4MoeSharding
+from subjects.sglang.layer import shared_server_args
 
 register_subject(
     Subject(
@@ -46,5 +47,6 @@ register_subject(
         {MXFP4_MOE: SglangDsv4MoeAlignment(), MOE_SHARDING: SglangDsv4MoeSharding()},
         known_failures=DSV4_KNOWN_FAILURES + DSV4_SHARDING_FAILURES,
         missing=sglang_missing,
+        context=shared_server_args,
     )
 )
