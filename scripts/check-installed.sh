@@ -2,7 +2,7 @@
 # The suite as an engine's CI uses it: installed with `pip install .` (no -e) into a fresh venv, then run from an
 # unrelated folder (no checkout, no PYTHONPATH) through pytest's entry point: every property collects (the same
 # tests as the checkout) and passes its pins and 3 generated examples, the README's external subject
-# (`--subject my_fp4_engine:SUBJECT`, imported from that folder) passes, and the same subject padding gated layers to 16 fails with a reproduction line and
+# (`--subject my_fp4_engine:SUBJECT`, imported from that folder) passes them too, and the same subject padding gated layers to 16 fails with a reproduction line and
 # script that, run as pasted from that folder, raise the same error.
 # usage: scripts/check-installed.sh [VENV_DIR]   (default: a new temporary folder; an existing venv is reused)
 # The checkout's own .venv (scripts/install-cpu.sh) lists the tests the installed copy must collect.
@@ -29,7 +29,8 @@ FP4_PROFILE=smoke "$python" -m pytest --pyargs conformance -p no:cacheprovider -
 awk '/<!-- readme-test: my_fp4_engine.py -->/ {on = 1; next} on && /^```python/ {code = 1; next}
      code && /^```/ {exit} code' "$checkout/README.md" >my_fp4_engine.py
 sed 's/64 if gated else 128/16 if gated else 128/' my_fp4_engine.py >my_fp4_engine_pad16.py
-"$venv/bin/pytest" --pyargs conformance.test_nvfp4_moe -p no:cacheprovider -n 2 --strict-markers \
+# (smoke as well: the checkout's tests/test_readme.py searches with this subject under the ci profile)
+FP4_PROFILE=smoke "$venv/bin/pytest" --pyargs conformance.test_nvfp4_moe -p no:cacheprovider --strict-markers \
   --subject my_fp4_engine:SUBJECT --backend flashinfer-trtllm
 set +e
 "$venv/bin/pytest" --pyargs conformance.test_nvfp4_moe -p no:cacheprovider --strict-markers \
