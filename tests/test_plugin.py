@@ -161,11 +161,37 @@ UNKNOWN_INPUTS = (
     (["--backend", "flashinfer-trtlm"], "unknown backend(s) flashinfer-trtlm"),
     (["--model", "gemma-5"], "is not catalogued"),
 )
-MY_ENGINE = (
-    "from subjects.nvfp4_moe import BuiltinNvfp4MoeAlignment\nfrom subjects.registry import Subject\n\n"
-    "class MyAlignment(BuiltinNvfp4MoeAlignment):\n    pass\n\npolicy = MyAlignment()\n"
-    "SUBJECT = Subject('my-engine', 'mine', {'nvfp4_moe': policy})\n"
-)
+MY_ENGINE = """\
+import contextlib
+from pathlib import Path
+
+from subjects.nvfp4_moe import BuiltinNvfp4MoeAlignment
+from subjects.registry import Subject
+
+LOG, OPEN = Path(__file__).with_name("context.log"), []
+
+
+@contextlib.contextmanager
+def process():
+    OPEN.append(LOG.open("a"))
+    OPEN[-1].write("enter\\n")
+    try:
+        yield
+    finally:
+        OPEN.pop().write("exit\\n")
+
+
+class MyAlignment(BuiltinNvfp4MoeAlignment):
+    def align_moe(self, *args, **kwargs):
+        assert OPEN, "called outside the subject's context"
+        return super().align_moe(*args, **kwargs)
+
+
+policy = MyAlignment()
+SUBJECT = Subject("my-engine", "mine", {"nvfp4_moe": policy}, context=process)
+"""
+"""An external engine module: its ``SUBJECT`` has a ``context`` (:attr:`subjects.registry.Subject.context`) that
+logs each entry and exit to ``context.log`` beside it, and its policy fails when called outside that context."""
 
 
 def make_runs(folder: Path) -> dict[str, batch.Run]:
@@ -237,6 +263,9 @@ def test_external_policy_by_import_path(runs: tuple[Path, dict[str, batch.Ran]])
     )
     assert bound.returncode == 0, bound.stdout[-3000:]
     assert f"{len(backends('nvfp4_moe'))} passed" in bound.stdout  # one per backend
+    # the subject's context was entered around each test's examples (the policy asserts it) and left after
+    log = (runs[0] / "engine" / "context.log").read_text().split()
+    assert log == ["enter", "exit"] * len(backends("nvfp4_moe")), log
     assert "fp4 subject: my_engine:SUBJECT is bound to nvfp4_moe (MyAlignment)" in bound.stdout
 
 
