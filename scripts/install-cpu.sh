@@ -33,6 +33,11 @@ fi
 # (installing torch 2.13.0: 18.9 s with, 6.5 s without on the 2-core machine); Python compiles what a run imports
 # on its first import and keeps it (about 1.4 s for torch's)
 pip=("$venv/bin/python" -m pip install -q --no-compile --disable-pip-version-check)
+# the kernel libraries without their dependencies (none of them torch's or the suite's) install beside torch and the
+# suite (on 2 cores about 10 s sooner)
+"${pip[@]}" --no-deps "flashinfer-python==0.7.4" "apache-tvm-ffi>=0.1.11,<0.2" "amd-aiter==0.1.7.post2.dev18" \
+  "triton==3.6.0" &
+kernels=$!
 "${pip[@]}" "torch==2.13.0" || "${pip[@]}" "torch==2.13.0" --index-url https://download.pytorch.org/whl/cpu
 # building the suite writes into the checkout (fp4_conformance.egg-info, and build/ for a copy): one build at a time
 # when several venvs install at once (.ci/run installs the engines' in the background); a copy first empties build/,
@@ -43,8 +48,7 @@ if [ "${2:-}" = --copy ]; then
 else
   flock "$lock" "${pip[@]}" "${suite[@]}"
 fi
-"${pip[@]}" --no-deps "flashinfer-python==0.7.4" "apache-tvm-ffi>=0.1.11,<0.2"
+wait "$kernels"
 "${pip[@]}" numpy einops packaging requests tabulate tqdm click ninja nvidia-ml-py
-"${pip[@]}" --no-deps "amd-aiter==0.1.7.post2.dev18" "triton==3.6.0"
 "$venv/bin/python" -c "import torch, flashinfer.utils; print('torch', torch.__version__, '| flashinfer', __import__('flashinfer').__version__)"
 "$venv/bin/python" -c "from adapters import aiter_triton as a; print('amd-aiter', a.install().version, '| fp4_utils', a.aiter_module(a.FP4_UTILS).__name__)"
