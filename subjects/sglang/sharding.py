@@ -35,9 +35,8 @@ SGLang asserts ``I % tp == 0`` in ``FusedMoE.__init__``; that assertion is repor
 
 from __future__ import annotations
 
-import contextlib
 from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import AbstractContextManager, contextmanager
 from dataclasses import replace
 
 from backends.fp8_moe import Fp8MoeBackend
@@ -90,7 +89,7 @@ class SglangMoeSharding(LoaderSharding):
     """SGLang 0.5.23's ``FusedMoE.weight_loader`` for every rank of a TP x EP grid (module docstring), under
     the drawn kernel backend's runner (None: :data:`NVFP4_BACKEND` / :data:`MXFP4_BACKEND`)."""
 
-    def loading(self) -> contextlib.AbstractContextManager[object]:
+    def loading(self) -> AbstractContextManager[object]:
         """One published dummy ``ServerArgs`` for every rank's ``FusedMoE`` (:func:`shared_server_args`)."""
         return shared_server_args()
 
