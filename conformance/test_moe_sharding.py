@@ -321,8 +321,9 @@ def check_ranks_sum_to_layer(config: ShardingConfig, backend: enum.Enum | None, 
     shards = shard_checked(config, backend, policy, case.weights)
     if shards is None:
         return
+    layer_key = config.to_json()
     out, bias, mag = _LAYER_OUTPUTS.get(
-        config.to_json(), case, lambda: partial_output(case.weights, tuple(range(config.experts)), case, config)
+        layer_key, case, lambda: partial_output(case.weights, tuple(range(config.experts)), case, config)
     )
     want = out + bias
     got = torch.zeros_like(want)
@@ -337,7 +338,7 @@ def check_ranks_sum_to_layer(config: ShardingConfig, backend: enum.Enum | None, 
         assert len(set(s.experts)) == len(s.experts) and all(0 <= x < config.experts for x in s.experts), (
             f"rank {r} claims experts {list(s.experts)} of 0..{config.experts - 1}"
         )
-        key = (config.to_json(), s.experts, s.weights.block, s.weights.fc1_layout)
+        key = (layer_key, s.experts, s.weights.block, s.weights.fc1_layout)
         part, part_bias, _ = _RANK_OUTPUTS.get(
             key, s.weights, partial(partial_output, s.weights, s.experts, case, config)
         )

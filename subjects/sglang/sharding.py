@@ -85,13 +85,17 @@ FP8_SPLIT_REFUSED = "is not divisible by weight quantization block_n"
 """``Fp8MoEMethod.create_weights``' refusal of a rank's ``I/tp`` that is not whole 128-channel tiles."""
 
 
-class SglangMoeSharding(LoaderSharding):
-    """SGLang 0.5.23's ``FusedMoE.weight_loader`` for every rank of a TP x EP grid (module docstring), under
-    the drawn kernel backend's runner (None: :data:`NVFP4_BACKEND` / :data:`MXFP4_BACKEND`)."""
+class SglangLoaderSharding(LoaderSharding):
+    """A policy driven by SGLang's loader: every rank's ``FusedMoE`` of one layer is built under one published
+    dummy ``ServerArgs`` (:func:`shared_server_args`)."""
 
     def loading(self) -> AbstractContextManager[object]:
-        """One published dummy ``ServerArgs`` for every rank's ``FusedMoE`` (:func:`shared_server_args`)."""
         return shared_server_args()
+
+
+class SglangMoeSharding(SglangLoaderSharding):
+    """SGLang 0.5.23's ``FusedMoE.weight_loader`` for every rank of a TP x EP grid (module docstring), under
+    the drawn kernel backend's runner (None: :data:`NVFP4_BACKEND` / :data:`MXFP4_BACKEND`)."""
 
     def load_rank(
         self,

@@ -11,18 +11,16 @@ from contracts.errors import CheckpointNotServed
 from contracts.moe import MoeWeights, relayout_moe
 from contracts.moe_sharding import ShardRefused
 from reference.formats import MXFP4_BLOCK
-from subjects.moe_sharding import LoaderSharding
 from subjects.sglang.dsv4.bridge import DSV4_BACKENDS, not_mapped
 from subjects.sglang.dsv4.mxfp4_moe import load_dsv4_rank
-from subjects.sglang.layer import shared_server_args
-from subjects.sglang.sharding import uneven_split_refused
+from subjects.sglang.sharding import SglangLoaderSharding, uneven_split_refused
 
 DSV4_SHARDING_BACKEND = Mxfp4MoeBackend.FLASHINFER_TRTLLM
 """The backend whose ``FusedMoE`` loads shards for ``moe_sharding`` (every DeepSeek-V4 method narrows ``I/tp``
 channels per tensor through the same ``FusedMoE._load_w13`` / ``_load_w2``)."""
 
 
-class SglangDsv4MoeSharding(LoaderSharding):
+class SglangDsv4MoeSharding(SglangLoaderSharding):
     """SGLang 0.5.23's ``FusedMoE.weight_loader`` for every rank of a DeepSeek-V4 FP4 expert layer
     (:func:`load_dsv4_rank`) under the kernel backend asked for (``None``: :data:`DSV4_SHARDING_BACKEND`).
     Rank ``(ep_rank, tp_rank)`` is SGLang's rank ``ep_rank·tp + tp_rank`` of ``tp·ep``. ``FusedMoE.__init__``'s
@@ -30,10 +28,6 @@ class SglangDsv4MoeSharding(LoaderSharding):
     128-alignment ``ValueError`` are reported as :class:`~contracts.moe_sharding.ShardRefused`. Not served
     (:class:`~contracts.errors.CheckpointNotServed`): what no DeepSeek-V4 checkpoint or method has (non-gated or
     NVFP4 experts, expert biases, a backend outside :data:`DSV4_BACKENDS`)."""
-
-    def loading(self) -> contextlib.AbstractContextManager[object]:
-        """One published dummy ``ServerArgs`` for every rank's ``FusedMoE`` (:func:`shared_server_args`)."""
-        return shared_server_args()
 
     def load_rank(
         self, ckpt: MoeWeights, gated: bool, tp: int, tp_rank: int, *, ep: int, ep_rank: int, backend
