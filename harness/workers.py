@@ -124,10 +124,20 @@ def pytest_unconfigure(config: pytest.Config) -> None:
             os.environ[name] = value
 
 
+_CHARGED = [0.0]
+"""CPU seconds spent for this process by processes it does not wait for (:func:`charge`)."""
+
+
+def charge(seconds: float) -> None:
+    """Count ``seconds`` of CPU time that another process spent for this one, and that this one does not wait for
+    (a self-test's runs forked by a shared server, ``tests/batch.py``), in :func:`cpu_seconds` from now on."""
+    _CHARGED[0] += seconds
+
+
 def cpu_seconds() -> float:
-    """User + system CPU seconds of this process and of its finished, waited-for children."""
+    """User + system CPU seconds of this process, of its finished, waited-for children and :func:`charge`'s."""
     own, children = resource.getrusage(resource.RUSAGE_SELF), resource.getrusage(resource.RUSAGE_CHILDREN)
-    return own.ru_utime + own.ru_stime + children.ru_utime + children.ru_stime
+    return own.ru_utime + own.ru_stime + children.ru_utime + children.ru_stime + _CHARGED[0]
 
 
 @pytest.hookimpl(tryfirst=True)

@@ -13,6 +13,8 @@ from importlib.metadata import entry_points
 
 import pytest
 
+from tests import batch
+
 PLUGINS = ("harness.plugin", "harness.workers", "harness.scheduling")
 """The suite's ``pytest11`` entry points (``pyproject.toml``)."""
 
@@ -30,3 +32,8 @@ def pytest_configure(config: pytest.Config) -> None:
             f"the self-tests need the suite installed (its pytest11 entry points {', '.join(missing)} are missing: "
             "runs from other folders would not load the plugins); run `python -m pip install -e .` in the checkout"
         )
+
+
+def pytest_sessionfinish() -> None:
+    """Stop this process's run server for the self-tests' pytest runs (:mod:`tests.batch`), if it started one."""
+    batch.stop_server()

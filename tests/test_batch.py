@@ -1,5 +1,5 @@
-"""The self-tests' batch runner (:mod:`tests.batch`): how a batch is split, and that a split batch keeps each run's own
-result."""
+"""The self-tests' batch runner (:mod:`tests.batch`): how many runs go at once, and that each run, forked from the
+run server, keeps its own result, a crashed one included."""
 
 from __future__ import annotations
 
@@ -19,8 +19,10 @@ def test_a_batch_is_split_only_with_many_workers(runs: int, workers: int, want: 
 
 
 def test_a_split_batch_keeps_each_runs_result(tmp_path: Path) -> None:
-    """Three runs in two driver processes: each test's own exit status and output come back under its name."""
-    for name, body in {"passes": "pass", "fails": "assert False"}.items():
+    """Four runs, two at a time: each test's own exit status and output come back under its name; a run that ends
+    its process outside pytest (``os._exit``) has no exit status, and the others are not affected."""
+    bodies = {"passes": "pass", "fails": "assert False", "exits": "import os; os._exit(3)"}
+    for name, body in bodies.items():
         (tmp_path / f"test_{name}.py").write_text(f"def test_{name}():\n    {body}\n")
     env = batch.suite_env()
     runs = {
@@ -38,10 +40,10 @@ def test_a_split_batch_keeps_each_runs_result(tmp_path: Path) -> None:
             cwd=tmp_path,
             env=env,
         )
-        for name in ("passes", "fails")
+        for name in bodies
     }
     runs["usage"] = batch.Run(["--no-such-option"], cwd=tmp_path, env=env)
     results = batch.run_all(runs, tmp_path / "out", parts=2)
-    assert sorted((tmp_path / "out").glob("spec-*.json")) == [tmp_path / "out" / f"spec-{i}.json" for i in (0, 1)]
-    assert {name: ran.returncode for name, ran in results.items()} == {"passes": 0, "fails": 1, "usage": 4}
+    assert {name: ran.returncode for name, ran in results.items()} == {"passes": 0, "fails": 1, "exits": -1, "usage": 4}
     assert "1 passed" in results["passes"].stdout and "1 failed" in results["fails"].stdout
+    assert "no exit status" in results["exits"].stderr

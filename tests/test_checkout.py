@@ -13,6 +13,7 @@ from pathlib import Path
 import pytest
 
 from harness.checkout import ROOT, commit, git, project_files
+from tests import batch
 from tests.test_plugin import in_parallel
 
 GIT = ["git", "-c", "user.name=fp4", "-c", "user.email=fp4@example.com", "-c", "init.defaultBranch=main"]
@@ -68,9 +69,10 @@ def test_a_copy_without_git_passes_its_docs_self_tests_and_stamps_no_commit(tmp_
             shutil.copy2(path, copy / path.relative_to(ROOT))
     env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "PYTEST_XDIST_WORKER")}
     docs, host = in_parallel(
-        lambda: subprocess.run(
-            [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-p", "no:xdist", "tests/test_docs.py"],
-            cwd=copy, env=env, capture_output=True, text=True, timeout=300,
+        lambda: batch.run(
+            batch.Run(["-q", "-p", "no:cacheprovider", "-p", "no:xdist", "tests/test_docs.py"], cwd=copy, env=env),
+            tmp_path / "docs",
+            300,
         ),
         lambda: subprocess.run(
             [sys.executable, "-c", "from bench import scaling; print(scaling.host()['commit'])"],

@@ -11,9 +11,6 @@ from __future__ import annotations
 
 import importlib
 import json
-import os
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -153,10 +150,8 @@ def test_a_run_leaves_what_the_fold_reads(tmp_path: Path) -> None:
     kernel = "conformance/test_nvfp4_moe.py::test_scale_interleave_kernel[flashinfer-trtllm]"
     cpu = "conformance/test_shared_expert.py::test_decision_table"
     results = tmp_path / "results"
-    env = {k: v for k, v in os.environ.items() if k != "PYTEST_XDIST_WORKER"}
-    cmd = [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-q", "--results", str(results), kernel, cpu]
-    env |= {"FP4_PROFILE": "ci", **batch.CPU_ONLY}
-    proc = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=600)
+    args = ["-p", "no:cacheprovider", "-q", "--results", str(results), kernel, cpu]
+    proc = batch.run(batch.Run(args, env=batch.suite_env(**batch.CPU_ONLY)), tmp_path / "run", 600)
     assert proc.returncode == 0, proc.stdout[-2000:]
     stats = json.loads((results / "stats-main.json").read_text())
     assert (stats[cpu]["outcome"], stats[cpu]["kernel"]) == ("passed", False)

@@ -14,7 +14,6 @@ import os
 import shutil
 import socket
 import subprocess
-import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -45,11 +44,10 @@ def host_run(workdir: Path, *args: str) -> batch.Run:
     return batch.Run(cmd, cwd=workdir, env=full_env)
 
 
-def run_host(workdir: Path, *args: str) -> subprocess.CompletedProcess[str]:
-    """:func:`host_run` in its own process (hosts that must run at once, or between the test's checks)."""
-    run = host_run(workdir, *args)
-    cmd = [sys.executable, "-m", "pytest", *run.args]
-    return subprocess.run(cmd, cwd=run.cwd, env=dict(run.env), capture_output=True, text=True, timeout=900)
+def run_host(workdir: Path, *args: str) -> batch.Ran:
+    """:func:`host_run` now (hosts that must run at once, or between the test's checks), in a process of its own
+    (:func:`tests.batch.run`)."""
+    return batch.run(host_run(workdir, *args), workdir / "out", timeout=900)
 
 
 SHARD_HOSTS = {"all": ()} | {f"s{i}": ("--shard", f"{i}/3") for i in range(3)}

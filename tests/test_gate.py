@@ -182,12 +182,10 @@ def test_help_neither_locks_nor_marks_a_results_folder(tmp_path: Path) -> None:
     (tmp_path / "run.json").write_text('{"state": "complete"}')
     held = records.lock(tmp_path)
     try:
-        out = subprocess.run(
-            [sys.executable, "-m", "pytest", "--help", "-p", "no:cacheprovider", f"--results={tmp_path}"],
-            cwd=Path(__file__).resolve().parent.parent,
-            capture_output=True,
-            text=True,
-            timeout=300,
+        out = batch.run(
+            batch.Run(["--help", "-p", "no:cacheprovider", f"--results={tmp_path}"], env=batch.suite_env()),
+            tmp_path / "help",
+            300,
         )
     finally:
         held.close()

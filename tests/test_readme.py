@@ -137,15 +137,9 @@ def test_external_subject_example_runs_as_written(tmp_path: Path) -> None:
 
 
 @pytest.mark.long(10)
-def test_documented_options_are_registered() -> None:
+def test_documented_options_are_registered(tmp_path: Path) -> None:
     """Every option the README's table and ``docs/running.md`` name is one ``pytest --help`` lists."""
-    help_text = subprocess.run(
-        [sys.executable, "-m", "pytest", "--help", "-p", "no:cacheprovider"],
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
-        timeout=300,
-    ).stdout
+    help_text = batch.run(batch.Run(["--help", "-p", "no:cacheprovider"], env=batch.suite_env()), tmp_path, 300).stdout
     running = (ROOT / "docs" / "running.md").read_text(encoding="utf-8")
     for text in (section("Options and profiles"), running):
         named = {o for row in text.splitlines() if row.startswith("| `--") for o in re.findall(r"`(--[a-z0-9-]+)", row)}
