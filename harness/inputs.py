@@ -117,11 +117,16 @@ class _History:
     def __init__(self) -> None:
         self._held: dict[int, tuple[weakref.ref[torch.Tensor], str, _Snapshot]] = {}
 
-    def add(self, what: str, value: Any, root: str) -> None:
+    def add(self, what: str, taken: dict[str, _Snapshot]) -> None:
+        """Hold the snapshotted tensors ``taken`` (path -> a snapshot of the tensor as it is now) not held yet."""
         self._alive()  # drops dead entries, whose ids a new tensor may reuse
-        for path, t in tensors(value, root):
-            if id(t) not in self._held:
-                self._held[id(t)] = (weakref.ref(t), f"{what} {path}", dataclasses.replace(_take(t), tensor=_NONE))
+        for path, s in taken.items():
+            if id(s.tensor) not in self._held:
+                self._held[id(s.tensor)] = (
+                    weakref.ref(s.tensor),
+                    f"{what} {path}",
+                    dataclasses.replace(s, tensor=_NONE),
+                )
 
     def _alive(self) -> list[tuple[int, torch.Tensor, str, _Snapshot]]:
         alive = []
@@ -138,9 +143,13 @@ class _History:
             if _change(what, s, t) is not None:
                 self._held[key] = (self._held[key][0], what, dataclasses.replace(_take(t), tensor=_NONE))
 
-    def raise_if_changed(self, label: str) -> None:
-        """Raise :class:`EarlierCallModified` if a held tensor changed since :meth:`refresh`."""
-        problems = [c for _, t, what, s in self._alive() if (c := _change(what, s, t)) is not None]
+    def raise_if_changed(self, label: str, unchanged: dict[str, _Snapshot]) -> None:
+        """Raise :class:`EarlierCallModified` if a held tensor changed since :meth:`refresh`; the tensors of
+        ``unchanged`` (snapshots taken after :meth:`refresh`, found unchanged since) are not compared again."""
+        skip = {id(s.tensor) for s in unchanged.values()}
+        problems = [
+            c for key, t, what, s in self._alive() if key not in skip and (c := _change(what, s, t)) is not None
+        ]
         if problems:
             raise EarlierCallModified(
                 f"earlier call modified: {label} wrote to tensors an earlier call was given or returned (a policy "
@@ -165,7 +174,7 @@ def _second_seed(label: str, before: dict[str, _Snapshot]) -> int:
     the ``random`` state, so it changes from example to example and a reproduction draws the same one."""
     crc = zlib.crc32(label.encode())
     for path, s in before.items():
-        crc = zlib.crc32(s.data.view(torch.uint8)[: 1 << 20].cpu().numpy().tobytes(), zlib.crc32(path.encode(), crc))
+        crc = zlib.crc32(s.data.view(torch.uint8)[: 1 << 20].cpu().numpy(), zlib.crc32(path.encode(), crc))
     return zlib.crc32(repr(random.getstate()).encode(), crc)  # not hash(): hash(None) varies by process before 3.12
 
 
@@ -180,21 +189,21 @@ def _outcome(
         return None, exc
     finally:
         raise_if_changed(label, before)
-        history.raise_if_changed(label)
+        history.raise_if_changed(label, before)
 
 
-def _check_result(label: str, named: dict[str, Any], result: Any, history: _History) -> None:
-    """The result rules of :mod:`harness.hygiene`, each raising its own :class:`GuardViolation`."""
-    given = [(path, t) for name, value in named.items() for path, t in tensors(value, name)]
-    inputs = {k: f"the input {path}" for path, t in given if (k := hygiene.storage_key(t)) is not None}
-    devices = {t.device for _, t in given}
+def _check_result(
+    label: str, named: dict[str, Any], before: dict[str, _Snapshot], result: Any, history: _History
+) -> None:
+    """The result rules of :mod:`harness.hygiene` for a call given ``named`` (its tensors snapshotted in
+    ``before``), each raising its own :class:`GuardViolation`."""
+    inputs = {k: f"the input {path}" for path, s in before.items() if (k := hygiene.storage_key(s.tensor)) is not None}
+    strided, moved = hygiene.placement(result, {s.tensor.device for s in before.values()})
     checks = (
         (hygiene.OutputAliased, "output aliased", "returned a tensor it does not own",
          hygiene.aliasing(result, {**history.storages(), **inputs})),
-        (hygiene.OutputNotContiguous, "output not contiguous", "returned a strided view",
-         hygiene.placement(result, devices)[0]),
-        (hygiene.OutputOffDevice, "output off device", "returned a tensor on another device",
-         hygiene.placement(result, devices)[1]),
+        (hygiene.OutputNotContiguous, "output not contiguous", "returned a strided view", strided),
+        (hygiene.OutputOffDevice, "output off device", "returned a tensor on another device", moved),
         (hygiene.FalseLayoutDeclared, "false layout declared", "labels FC1 rows with a layout they are not in",
          hygiene.declared_layouts(named, result)),
     )  # fmt: skip
@@ -213,15 +222,14 @@ def _guarded_call(proxy: _Guarded, name: str, args: tuple[Any, ...], kwargs: dic
     before = snapshot(named)
     seed = _second_seed(label, before)
     first, error = _outcome(target, args, kwargs, label, before, history)
-    for arg, value in named.items():
-        history.add(f"{label}'s earlier input", value, arg)
+    history.add(f"{label}'s earlier input", before)  # unchanged by the call (checked), so still their copies
     if error is None:
-        _check_result(label, named, first, history)
-        history.add(f"{label}'s earlier result", first, "result")
+        _check_result(label, named, before, first, history)
+        history.add(f"{label}'s earlier result", snapshot({"result": first}))
     with hygiene.reseeded(seed):
         second, error2 = _outcome(target, args, kwargs, label, before, history)
     if error2 is None:
-        _check_result(label, named, second, history)
+        _check_result(label, named, before, second, history)
     if error is None and error2 is None:
         problems = hygiene.differences(first, second, "result")
     elif error is None or error2 is None or type(error) is not type(error2):
