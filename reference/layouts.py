@@ -345,25 +345,34 @@ class Fc1Layout(enum.Enum):
 
 
 def split_fc1(x: torch.Tensor, layout: Fc1Layout, dim: int = -2) -> tuple[torch.Tensor, torch.Tensor]:
-    """``(gate, up)``, each ``I`` rows along ``dim``, from a fused FC1 tensor in ``layout``.
+    """``(gate, up)``, each ``I`` rows along ``dim``, from a fused FC1 tensor in ``layout``: views of ``x``.
 
     Interleaved: ``gate = x[0::2]``, ``up = x[1::2]`` for ``GATE_UP_INTERLEAVED`` (swapped for
-    ``UP_GATE_INTERLEAVED``); stacked: the two halves in the named order.
+    ``UP_GATE_INTERLEAVED``), strided views; stacked: the two halves in the named order. Nothing is
+    copied: a caller that keeps, writes or hands on a part copies it (``.contiguous()``, ``clone``).
     """
-    stacked = deinterleave_rows(x, dim) if layout.interleaved else x
-    require(stacked.shape[dim] % 2 == 0, f"split_fc1: {stacked.shape[dim]} FC1 rows along dim {dim} must be even")
-    first, second = stacked.chunk(2, dim=dim)
+    require(x.shape[dim] % 2 == 0, f"split_fc1: {x.shape[dim]} FC1 rows along dim {dim} must be even")
+    if layout.interleaved:
+        d = dim % x.dim()
+        pairs = x.unflatten(d, (-1, 2))
+        first, second = pairs.select(d + 1, 0), pairs.select(d + 1, 1)
+    else:
+        first, second = x.chunk(2, dim=dim)
     return (first, second) if layout.gate_first else (second, first)
 
 
 def join_fc1(gate: torch.Tensor, up: torch.Tensor, layout: Fc1Layout, dim: int = -2) -> torch.Tensor:
-    """Inverse of :func:`split_fc1`: fuse ``gate`` and ``up`` (``I`` rows each) into ``layout``."""
+    """Inverse of :func:`split_fc1`: fuse ``gate`` and ``up`` (``I`` rows each) into ``layout``, one new
+    contiguous tensor (interleaved: the two stacked along a new axis after ``dim``, then flattened)."""
     require(
         gate.shape == up.shape,
         f"join_fc1: gate {tuple(gate.shape)} and up {tuple(up.shape)} projections must have the same shape",
     )
-    stacked = torch.cat((gate, up) if layout.gate_first else (up, gate), dim=dim)
-    return interleave_rows(stacked, dim) if layout.interleaved else stacked
+    first, second = (gate, up) if layout.gate_first else (up, gate)
+    if layout.interleaved:
+        d = dim % gate.dim()
+        return torch.stack((first, second), dim=d + 1).flatten(d, d + 1)
+    return torch.cat((first, second), dim=dim)
 
 
 def relayout_fc1(x: torch.Tensor, source: Fc1Layout, target: Fc1Layout, dim: int = -2) -> torch.Tensor:

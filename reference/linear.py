@@ -79,11 +79,36 @@ def order_free(a: torch.Tensor, b: torch.Tensor) -> bool:
 
 def sequential_matmul(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
     """``a [T, K] @ b [N, K].T`` summed left to right along K in fp64 from +0.0 (fp64 ``[T, N]``):
-    the definition of :func:`exact_matmul`, one fp64 multiply-add per K index."""
-    at, bt = a.double().T.contiguous(), b.double().T.contiguous()
+    the definition of :func:`exact_matmul`, ``acc = acc + a[:, k]·b[:, k]`` for ``k = 0..K-1``.
+
+    Two shortcuts leave every bit of that loop unchanged:
+
+    * K indices whose products are all ±0 (``a[:, k]`` all zero and ``b[:, k]`` finite, or the
+      other way round) are skipped. Under round-to-nearest an fp64 sum is -0.0 only when both
+      addends are -0.0 (``+0 + -0 = +0``, ``x + -x = +0``, and a non-zero exact sum never rounds
+      to zero, underflow being gradual), so the accumulator, +0.0 at the start, is never -0.0;
+      and ``acc + ±0`` returns ``acc`` itself for every other ``acc`` (a NaN as it was). Zero
+      padding along K in either operand is thus never visited.
+    * For fp32-valued operands each product is exact in fp64 (at most 48 significant bits,
+      exponents within [-298, 256]), so ``acc.addcmul_(a, b)`` rounds once, to the same bits as
+      the add of the separately computed product, whether or not it runs as a fused multiply-add.
+      Other dtypes (fp64) keep the separate multiply and add.
+    """
     acc = torch.zeros(a.shape[0], b.shape[0], dtype=torch.float64, device=a.device)
-    for k in range(a.shape[1]):
-        acc += at[k, :, None] * bt[k, None, :]
+    if acc.numel() == 0:
+        return acc
+    amax, bmax = a.abs().amax(0), b.abs().amax(0)  # per K index; a NaN propagates
+    zero = ((amax == 0) & bmax.isfinite()) | ((bmax == 0) & amax.isfinite())
+    at, bt = a.double().T.contiguous(), b.double().T.contiguous()
+    columns = zip(at[:, :, None].unbind(0), bt[:, None, :].unbind(0), zero.tolist(), strict=True)
+    fused = a.dtype in _FP32_VALUED and b.dtype in _FP32_VALUED
+    for ak, bk, skip in columns:
+        if skip:
+            continue
+        if fused:
+            acc.addcmul_(ak, bk)
+        else:
+            acc += ak * bk
     return acc
 
 

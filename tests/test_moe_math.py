@@ -171,6 +171,35 @@ def test_order_free_sums_equal_the_left_to_right_loop(
         assert torch.equal(reversed_loop.view(torch.int64), loop.view(torch.int64)), "a proven sum depends on order"
 
 
+def plain_loop(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
+    """``acc = acc + a[:, k]·b[:, k]`` in fp64 from +0.0 for every ``k``: the definition, no shortcut."""
+    acc = torch.zeros(a.shape[0], b.shape[0], dtype=torch.float64)
+    for k in range(a.shape[1]):
+        acc = acc + a[:, k, None].double() * b[None, :, k].double()
+    return acc
+
+
+@given(t=st.integers(1, 4), n=st.integers(1, 6), k=st.integers(1, 40), spread=st.integers(0, 60), seed=SEED)
+def test_sequential_matmul_shortcuts_keep_the_plain_loops_bits(t: int, n: int, k: int, spread: int, seed: int) -> None:
+    """Skipping K indices whose products are all ±0 and the fused multiply-add give the plain loop's fp64 bits
+    (signed zeros, cancellation, an Inf meeting a zero column included); ``exact_matmul``, which runs the loop
+    only on the rows and columns of the sums its proof does not cover, gives the plain loop's fp32 bits."""
+    g = gen(seed)
+    a = torch.randn(t, k, generator=g) * 2.0 ** torch.randint(-spread, spread + 1, (t, k), generator=g).float()
+    b = mxfp4_dequantize(mxfp4_quantize(torch.randn(n, k + (-k % 32), generator=g)))[:, :k]
+    a, b = with_zeros(a, g), with_zeros(b, g)
+    a[:, torch.rand(k, generator=g) < 0.3] = -0.0
+    b[:, torch.rand(k, generator=g) < 0.3] = 0.0
+    if k > 1:
+        a[:, 1], b[:, 1] = a[:, 0], -b[:, 0]  # products p and -p: the sum returns to +0.0
+    if seed % 5 == 0:
+        b[0, 0] = math.inf  # meets a zero or a value in a[:, 0]: NaN or Inf, never skipped
+    want = plain_loop(a, b)
+    assert torch.equal(sequential_matmul(a, b).view(torch.int64), want.view(torch.int64))
+    assert torch.equal(sequential_matmul(a.double(), b.double()).view(torch.int64), want.view(torch.int64))
+    assert torch.equal(exact_matmul(a, b).view(torch.int32), want.float().view(torch.int32))
+
+
 def test_order_free_covers_fp4_weights_and_rejects_cancellation() -> None:
     """Typical suite data (fp32 activations, MXFP4 weights) take the GEMM; a sum whose terms span
     more than 53 binades with cancellation does not, and ``exact_matmul`` gives the loop's bits."""

@@ -214,9 +214,10 @@ def load_projections(v: types.SimpleNamespace, ckpt: MoeWeights, gated: bool, gr
     quant_config, method = _method(v, ckpt.block, grid)
     layer = rank_layer(v, v.routed.RoutedExperts, quant_config, method, ckpt, gated, grid)
     scale_dtype = torch.float8_e4m3fn if ckpt.block == NVFP4_BLOCK else torch.uint8
+    # each projection contiguous, as a checkpoint's tensors are (split_fc1 of an interleaved layout gives views)
     fc1 = {
-        "w13_weight": split_fc1(ckpt.w13, ckpt.fc1_layout) if gated else (ckpt.w13,),
-        "w13_weight_scale": split_fc1(ckpt.w13_scale, ckpt.fc1_layout) if gated else (ckpt.w13_scale,),
+        name: tuple(h.contiguous() for h in split_fc1(t, ckpt.fc1_layout)) if gated else (t,)
+        for name, t in (("w13_weight", ckpt.w13), ("w13_weight_scale", ckpt.w13_scale))
     }
     for x in range(ckpt.w13.shape[0]):
         for name, halves in fc1.items():
