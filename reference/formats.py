@@ -190,16 +190,20 @@ def e4m3_encode(x: torch.Tensor) -> torch.Tensor:
     ``2^(E-3)``: ``q = round_half_even(m / 2^(E-3))`` is in ``[0, 16]`` (exact: a power-of-two division), and
     the byte is ``(E + 6)·8 + q``, which is ``(E + 7) << 3 | (q - 8)`` for a normal, ``q`` for a subnormal
     (``E = -6``, ``q < 8``), and the next binade's first byte when ``q`` rounds up to 16. NaN raises.
+    ``floor(log2 m)`` is ``frexp``'s exponent minus one; ``2^(3-E)`` (``E`` in [-6, 8]) is the fp32 whose
+    exponent field is ``127 + 3 - E`` and whose fraction is zero. Int32 throughout, in place where possible.
     Matches torch's ``x.to(torch.float8_e4m3fn)`` for every finite input and ±inf.
     """
     x = x.float()
     if torch.isnan(x).any():
         raise NanEncodingError("cannot encode NaN into an FP4/FP8 format without NaN handling")
-    m = x.abs().clamp(max=E4M3_MAX)
-    _, exp = torch.frexp(m)  # m = mant·2^exp, mant in [0.5, 1): floor(log2 m) = exp - 1
-    binade = torch.where(m < 2.0**-6, -6, exp.to(torch.int64) - 1)
-    q = torch.round(torch.ldexp(m, 3 - binade)).to(torch.int64)
-    return ((binade + 6) * 8 + q | (torch.signbit(x).to(torch.int64) << 7)).to(torch.uint8)
+    m = x.abs().clamp_(max=E4M3_MAX)
+    _, exp = torch.frexp(m)
+    binade = exp.sub_(1).masked_fill_(m < 2.0**-6, -6)  # int32
+    inverse_step = ((130 - binade) << 23).view(torch.float32)
+    q = torch.round(m.mul_(inverse_step)).to(torch.int32)
+    byte = binade.add_(6).mul_(8).add_(q).bitwise_or_(torch.signbit(x).to(torch.int32) << 7)
+    return byte.to(torch.uint8)
 
 
 def ue8m0_decode(
