@@ -9,9 +9,6 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
-import os
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -27,6 +24,7 @@ from strategies.tensors import moe_case
 from subjects.mxfp4_linear import BuiltinMxfp4Linear
 from subjects.nvfp4_moe import BuiltinNvfp4MoeAlignment
 from subjects.registry import named_subjects
+from tests import batch
 from tests.probes import PadThenScribble, ZeroRowThenPad
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -93,12 +91,10 @@ def test_guard_compares_bytes_not_values() -> None:
 def test_suite_run_reports_input_modified(tmp_path: Path) -> None:
     """End to end: the external probe subject fails the suite with the guard's message."""
     cmd = [
-        sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-q", "-x", "conformance/test_nvfp4_moe.py",
+        "-p", "no:cacheprovider", "-q", "-x", "conformance/test_nvfp4_moe.py",
         "--subject", "tests.probes:ZERO_ROW_THEN_PAD", "-k", "gate_up_layout and trtllm",
         "--results", str(tmp_path / "results"),
     ]  # fmt: skip
-    out = subprocess.run(
-        cmd, cwd=ROOT, capture_output=True, text=True, timeout=600, env={**os.environ, "FP4_PROFILE": "ci"}
-    )
+    out = batch.run(batch.Run(cmd, env=batch.suite_env()), tmp_path / "run", 600)
     assert out.returncode == 1, out.stdout + out.stderr
     assert "InputModified: input modified: ZeroRowThenPad.align_moe" in out.stdout

@@ -10,10 +10,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
-import os
 import random
-import subprocess
-import sys
 from pathlib import Path
 
 import numpy as np
@@ -42,6 +39,7 @@ from strategies.tensors import moe_case
 from subjects.mxfp4_linear import BuiltinMxfp4Linear
 from subjects.mxfp4_moe import BuiltinMxfp4MoeAlignment
 from subjects.nvfp4_moe import BuiltinNvfp4MoeAlignment
+from tests import batch
 from tests.probes import (
     DRAWS,
     FlakyEndPadding,
@@ -227,13 +225,11 @@ def test_suite_run_reports_non_determinism(tmp_path: Path) -> None:
     Gemma-4-26B-A4B at TP=4 (I = 176, gated): end padding differs from per-half padding on every example there,
     so each second call that draws below 0.1 shows it (an aligned or non-gated layer would hide it)."""
     cmd = [
-        sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-q", "-x", "conformance/test_nvfp4_moe.py",
+        "-p", "no:cacheprovider", "-q", "-x", "conformance/test_nvfp4_moe.py",
         "--subject", "tests.probes:FLAKY_END_PADDING", "-k", "gate_up_layout and trtllm",
         "--model", "gemma-4-26b-a4b", "--tp", "4",
         "--results", str(tmp_path / "results"),
     ]  # fmt: skip
-    out = subprocess.run(
-        cmd, cwd=ROOT, capture_output=True, text=True, timeout=600, env={**os.environ, "FP4_PROFILE": "ci"}
-    )
+    out = batch.run(batch.Run(cmd, env=batch.suite_env()), tmp_path / "run", 600)
     assert out.returncode == 1, out.stdout + out.stderr
     assert "NonDeterministic: non-deterministic: FlakyEndPadding.align_moe" in out.stdout
