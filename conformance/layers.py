@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import hashlib
 from collections.abc import Callable, Hashable
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, fields, is_dataclass, replace
 from typing import Any, Generic, TypeVar
 
 import torch
@@ -18,7 +18,6 @@ from backends.mxfp4_moe import Mxfp4MoeBackend
 from backends.nvfp4_moe import Nvfp4MoeBackend
 from conformance.moe_checks import align_checked
 from contracts.moe import AlignedMoe, MoeAlignment, MoeWeights, relayout_moe
-from harness.hygiene import tensors
 from reference.formats import MXFP4_BLOCK, NVFP4_BLOCK
 from reference.fp8 import FP8_BLOCK, FP8_TENSOR_BLOCK
 from reference.layouts import Fc1Layout, relayout_fc1
@@ -33,23 +32,43 @@ T = TypeVar("T")
 
 
 def digest(value: Any) -> str:
-    """SHA-256 of every tensor in ``value`` (:func:`harness.hygiene.tensors`): its path, shape, dtype and bytes.
+    """SHA-256 of ``value``'s whole structure: every tensor's path, shape, dtype and bytes, and every other
+    leaf's path and ``repr`` (dataclass fields, sequence items and dict values, in order).
 
-    A collision-resistant hash of all the bytes, so equal digests mean equal tensors; SHA-256 rather than
-    BLAKE2b because CPUs with the SHA extensions (x86 SHA-NI, ARMv8 SHA2) hash about twice as fast with it.
+    A collision-resistant hash of all the bytes and fields, so equal digests mean equal values (a shard's
+    offsets and experts count as much as its tensors); SHA-256 rather than BLAKE2b because CPUs with the SHA
+    extensions (x86 SHA-NI, ARMv8 SHA2) hash about twice as fast with it.
     """
     h = hashlib.sha256()
-    for path, t in tensors(value, ""):
-        h.update(f"{path} {tuple(t.shape)} {t.dtype};".encode())
-        h.update(t.detach().reshape(-1).contiguous().view(torch.uint8).numpy())
+    _hash_into(h, value, "")
     return h.hexdigest()
+
+
+def _hash_into(h: Any, value: Any, path: str) -> None:
+    if isinstance(value, torch.Tensor):
+        h.update(f"{path} {tuple(value.shape)} {value.dtype};".encode())
+        h.update(value.detach().reshape(-1).contiguous().view(torch.uint8).numpy())
+    elif isinstance(value, (tuple, list)):
+        h.update(f"{path} {type(value).__name__} {len(value)};".encode())
+        for i, item in enumerate(value):
+            _hash_into(h, item, f"{path}[{i}]")
+    elif isinstance(value, dict):
+        h.update(f"{path} dict {len(value)};".encode())
+        for key, item in value.items():
+            _hash_into(h, item, f"{path}[{key!r}]")
+    elif is_dataclass(value) and not isinstance(value, type):
+        h.update(f"{path} {type(value).__qualname__};".encode())
+        for field in fields(value):
+            _hash_into(h, getattr(value, field.name), f"{path}.{field.name}")
+    else:
+        h.update(f"{path} = {value!r};".encode())
 
 
 class PerConfig(Generic[T]):
     """Values computed from a drawn configuration's tensors, kept for the latest ``kept`` keys: the tests of
     one property draw the same configurations for every backend, so the backends after the first read the
-    value instead of recomputing it. A value is kept under its key and the :func:`digest` of the tensors it
-    is computed from, so tensors that changed since (an unguarded policy that writes into its input) are a
+    value instead of recomputing it. A value is kept under its key and the :func:`digest` of the inputs it
+    is computed from, so inputs that changed since (an unguarded policy that writes into its input) are a
     new key and the value is computed from them. Callers never change a value they read."""
 
     def __init__(self, kept: int = 64) -> None:

@@ -196,11 +196,23 @@ def check_every_element_on_one_rank(config: ShardingConfig, backend: enum.Enum |
     buffer positions ``[start, start + real)``, in the checkpoint's FC1 layout, the rest padding per the pad
     rule in a buffer all ranks share; each expert's ``w2_bias`` is held whole by one TP rank of its EP rank
     and is zero on the others."""
-    case = global_layer(config)
-    src = case.weights
+    src = global_layer(config).weights
     shards = shard_checked(config, backend, policy, src)
     if shards is None:
         return
+    _PLACEMENTS.get(config.layer_key, shards, partial(assert_placement, config, src, shards))
+    empty = sum(s.real == 0 for s in shards), sum(not s.experts for s in shards)
+    record_event(f"{empty[0]} rank(s) without channels, {empty[1]} without experts, EP={config.ep_size}")
+
+
+_PLACEMENTS: PerConfig[None] = PerConfig(kept=256)
+"""Shardings that passed :func:`assert_placement`, by layer key and the shards' digest: a policy that shards a
+layer the same way for several backends gets the same verdict for each (the check reads only the layer, which
+the key fixes, and the shards). A failure raises before anything is kept."""
+
+
+def assert_placement(config: ShardingConfig, src: MoeWeights, shards: tuple[RankShard, ...]) -> None:
+    """The assertions of :func:`check_every_element_on_one_rank` on the policy's ``shards`` of ``src``."""
     assert_experts_placed(config, shards)
     g, buffers = config.block, {s.weights.intermediate_size for s in shards}
     assert len(buffers) == 1, f"ranks have different buffers {sorted(buffers)} (one parameter shape per layer)"
@@ -265,8 +277,6 @@ def check_every_element_on_one_rank(config: ShardingConfig, backend: enum.Enum |
                 f"expert {x}'s w2_bias is held by ranks {holders}: the TP ranks' partial outputs are summed, so it "
                 f"must be added by exactly one of them ({len(holders)}x bias otherwise)"
             )
-    empty = sum(s.real == 0 for s in shards), sum(not s.experts for s in shards)
-    record_event(f"{empty[0]} rank(s) without channels, {empty[1]} without experts, EP={config.ep_size}")
 
 
 def partial_output(
@@ -305,10 +315,11 @@ def partial_output(
 
 
 _LAYER_OUTPUTS: PerConfig[tuple[torch.Tensor, torch.Tensor, torch.Tensor]] = PerConfig()
-"""The unsharded layer's :func:`partial_output` by configuration JSON (every backend's test draws the same)."""
+"""The unsharded layer's :func:`partial_output` by :attr:`~strategies.moe_sharding.ShardingConfig.layer_key`
+(every backend's test draws the same layers)."""
 
 _RANK_OUTPUTS: PerConfig[tuple[torch.Tensor, torch.Tensor, torch.Tensor]] = PerConfig(kept=4096)
-"""A rank's :func:`partial_output` by configuration JSON, experts, block and FC1 layout, and its weights' bytes:
+"""A rank's :func:`partial_output` by layer key, experts, block and FC1 layout, and its weights' bytes:
 a policy that shards a layer the same way for several backends gives the same shards."""
 
 
@@ -321,7 +332,7 @@ def check_ranks_sum_to_layer(config: ShardingConfig, backend: enum.Enum | None, 
     shards = shard_checked(config, backend, policy, case.weights)
     if shards is None:
         return
-    layer_key = config.to_json()
+    layer_key = config.layer_key
     out, bias, mag = _LAYER_OUTPUTS.get(
         layer_key, case, lambda: partial_output(case.weights, tuple(range(config.experts)), case, config)
     )

@@ -124,6 +124,12 @@ class ShardingConfig(Config):
         return replace(self, backend=backend.value)
 
     @property
+    def layer_key(self) -> str:
+        """The JSON of the drawn layer alone (``backend`` left out): every backend's test draws the same
+        configurations, so values computed from the layer are shared by key across backends."""
+        return replace(self, backend=None).to_json()
+
+    @property
     def kernel_backend(self) -> enum.Enum | None:
         """``backend`` as its format's enum member."""
         return None if self.backend is None else type(format_backends(self.block)[0])(self.backend)
