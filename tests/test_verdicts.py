@@ -212,7 +212,9 @@ def make_runs(folder: Path) -> dict[str, batch.Run]:
     for case, workers in (("no-xdist", []), ("xdist", ["-n", "1"])):
         add(f"hangs-{case}", NVFP4, *CUTLASS_PADDING, *workers, "--subject", "fp4_probes:hangs",
             "--example-time-limit", "2")  # fmt: skip
-    add("stuck", NVFP4, *CUTLASS_PADDING, "-n", "1", "--subject", "fp4_probes:stuck", "--example-time-limit", "1")
+    # no replacement worker after the crash (xdist would start one, about 5 CPU s, for no test left)
+    add("stuck", NVFP4, *CUTLASS_PADDING, "-n", "1", "--max-worker-restart", "0", "--subject", "fp4_probes:stuck",
+        "--example-time-limit", "1")  # fmt: skip
     # JUnit and scripts: a stale script of this subject, and another subject's, before the run
     stale = folder / "junit" / "results" / "repro"
     (stale / "fp4_probes_end_padding").mkdir(parents=True)
