@@ -7,7 +7,9 @@ worker (from the workers' own records, :mod:`harness.workers`), wall seconds, sp
 first run, worker start-up (spawn to first test, median and maximum), outcome counts, and whether
 every test's outcome and example count equal the first run's, the CPU seconds it used (pytest and its
 workers, user + system) and the host's one-minute load average at its start. The last row is ``-n auto``.
-Also listed: the slowest properties' examples per second in the first run. Written as
+Also listed: for the last run, when each process's last test ended (min, median, maximum) and the tests
+that ended last, which show what a many-worker run waits for at its end; the slowest properties' examples
+per second in the first run. Written as
 ``scaling.md`` and ``scaling.json`` under ``--out``. On a GPU host the kernel properties (markers
 ``cuda``, ``sm90``, ``sm100``, ``gfx950``) run once first, untimed, so that JIT builds and caches
 are not charged to the first row.
@@ -91,6 +93,32 @@ def costliest(junit: Path, n: int = 10) -> list[tuple[str, float, float]]:
     return sorted(cases, key=lambda c: -c[1])[:n]
 
 
+def tail(junit: Path, n: int = 5) -> dict[str, Any]:
+    """When each process's last test ended (seconds after the run's start: min, median, max over the
+    processes) and the ``n`` tests that ended last, ``(test, worker, started s, seconds)``: with many
+    workers the run ends with its slowest process, and these show what kept it busy.
+
+    Reads the ``worker`` and ``ended_s`` properties (:mod:`harness.workers`); a test's start is its end
+    less its JUnit time (setup, call and teardown)."""
+    ends: dict[str, float] = {}
+    cases = []
+    for c in ET.parse(junit).iter("testcase"):
+        props = {p.get("name"): p.get("value") for p in c.iter("property")}
+        if props.get("ended_s") is None or props.get("worker") is None:
+            continue
+        end, worker = float(props["ended_s"]), props["worker"]
+        ends[worker] = max(ends.get(worker, 0.0), end)
+        seconds = float(c.get("time") or 0)
+        cases.append(
+            (end, f"{c.get('classname')}::{c.get('name')}", worker, round(end - seconds, 1), round(seconds, 1))
+        )
+    if not ends:
+        return {"worker_ends_s": [], "last_tests": []}
+    last = [list(case[1:]) for case in sorted(cases, key=lambda case: -case[0])[:n]]
+    spread = [round(min(ends.values()), 1), round(statistics.median(ends.values()), 1), round(max(ends.values()), 1)]
+    return {"worker_ends_s": spread, "last_tests": last}
+
+
 KERNEL_MARKERS = "cuda or sm90 or sm100 or gfx950"
 UNSET = ("PYTHONDONTWRITEBYTECODE",)
 """Removed from the runs' environment, as ``.ci/run`` removes it: with it every process (each xdist worker, each
@@ -154,6 +182,7 @@ def run_once(workers: str, targets: list[str], profile: str, threads: int | None
             "outcomes": outcomes(junit) if junit.exists() else {},
             "longest": longest(junit) if junit.exists() else [],
             "costliest": costliest(junit) if junit.exists() else [],
+            "ends": tail(junit) if junit.exists() else {"worker_ends_s": [], "last_tests": []},
             "examples": {node: s["examples"] for node, s in stats.items()},
             "stats": stats,
         }
@@ -177,6 +206,7 @@ def row(label: str, run: dict[str, Any], first: dict[str, Any]) -> dict[str, Any
         "returncode": run["returncode"],
         "longest_tests_s": run["longest"],
         "costliest_tests_cpu_s": run.get("costliest", []),
+        **run.get("ends", {"worker_ends_s": [], "last_tests": []}),
         "failed_tests": sorted(k for k, v in run["outcomes"].items() if v == "failed"),
         "same_results": run["outcomes"] == first["outcomes"] and run["examples"] == first["examples"],
     }
@@ -260,6 +290,17 @@ def markdown(report: dict[str, Any]) -> str:
         f"Longest tests at `-n {last['workers']}` (a run is never shorter than its longest test plus start-up):",
     ]
     out += [""] + [f"- `{name}`: {t} s" for name, t in last["longest_tests_s"]]
+    if last.get("worker_ends_s"):
+        first, median, final = last["worker_ends_s"]
+        out += [
+            "",
+            f"Each process's last test ended {first} / {median} / {final} s (min / median / max) after the run's "
+            "start; the tests that ended last:",
+            "",
+        ]
+        out += [
+            f"- `{name}` ({worker}): started at {at} s, took {took} s" for name, worker, at, took in last["last_tests"]
+        ]
     if last.get("costliest_tests_cpu_s"):
         out += ["", f"Tests using the most CPU at `-n {last['workers']}` (with the subprocesses they waited for):", ""]
         out += ["| test | CPU s | wall s |", "|---|---|---|"]

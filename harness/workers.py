@@ -16,7 +16,8 @@
 
 Each test's CPU seconds (user + system of its process and of the child processes it waited for, from
 its setup to its teardown: a self-test's ``python -m pytest`` subprocess counts) are attached to its
-teardown report as the user property ``cpu_s``, so JUnit XML carries them.
+teardown report as the user property ``cpu_s``, so JUnit XML carries them, with the test's process
+(``worker``) and the second after the run's start at which it ended (``ended_s``).
 
 Each process writes ``worker-<id>.json`` (threads, cores, start-up seconds) into ``--results``;
 ``python -m bench.scaling`` reads them, and the terminal summary prints one line from them.
@@ -150,11 +151,16 @@ def pytest_runtest_setup(item: pytest.Item) -> None:
 @pytest.hookimpl(hookwrapper=True)
 def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo):
     """The teardown report carries the test's CPU seconds since its setup as the property ``cpu_s``
-    (a module-scoped fixture's work counts in the first test that requests it)."""
+    (a module-scoped fixture's work counts in the first test that requests it), the process that ran it
+    (``worker``: ``gwN`` or ``main``) and when it ended, in seconds after the run's start (``ended_s``)."""
     outcome = yield
     start = item.stash.get(_CPU_AT_SETUP, None)
     if call.when == "teardown" and start is not None:
-        outcome.get_result().user_properties.append(("cpu_s", round(cpu_seconds() - start, 2)))
+        report = outcome.get_result()
+        report.user_properties.append(("cpu_s", round(cpu_seconds() - start, 2)))
+        report.user_properties.append(("worker", getattr(item.config, "workerinput", {}).get("workerid", "main")))
+        if _STATE["run_start"] is not None:
+            report.user_properties.append(("ended_s", round(time.time() - _STATE["run_start"], 2)))
 
 
 def worker_record(worker: str) -> dict[str, object]:

@@ -68,6 +68,7 @@ def test_rows_compare_with_the_first_run_and_render() -> None:
         "runs": [scaling.row("1", first, first), same, other],
         "slowest": scaling.slowest(first),
     }
+    report["runs"][-1] |= {"worker_ends_s": [20.0, 22.5, 25.0], "last_tests": [["t::a", "gw3", 15.0, 10.0]]}
     report["baseline"], report["ab"] = "old", [{"property": "t::a", "baseline": 4.0, "this": 12.5, "ratio": 3.12}]
     text = scaling.markdown(report)
     assert "| 4 | 1 x 4 | 25.0 | 50.0 | 0.5 | 4.0x | 3.0 / 3.0 | 1 / 0 / 0 | yes |" in text
@@ -75,6 +76,8 @@ def test_rows_compare_with_the_first_run_and_render() -> None:
     assert "| `t::a` | 25 | 2.0 | 12.5 |" in text
     assert "| `t::a` | 4.0 | 12.5 | 3.12x |" in text
     assert "| `t::a` | 3.5 | 2.0 |" in text  # the most CPU: test, CPU s, wall s
+    assert "ended 20.0 / 22.5 / 25.0 s (min / median / max)" in text
+    assert "- `t::a` (gw3): started at 15.0 s, took 10.0 s" in text
 
 
 def test_costliest_reads_each_tests_cpu_property(tmp_path: Path) -> None:
@@ -93,7 +96,7 @@ def test_costliest_reads_each_tests_cpu_property(tmp_path: Path) -> None:
 def test_each_test_reports_its_cpu_seconds() -> None:
     """The teardown report carries the CPU seconds since the test's setup, a waited-for child's included
     (``harness.workers``' report hook, driven as pytest drives a hook wrapper)."""
-    item, report = SimpleNamespace(stash=pytest.Stash()), SimpleNamespace(user_properties=[])
+    item, report = SimpleNamespace(stash=pytest.Stash(), config=SimpleNamespace()), SimpleNamespace(user_properties=[])
     workers.pytest_runtest_setup(item)
     burn = "import time\nend = time.process_time() + 0.3\nwhile time.process_time() < end: pass"
     subprocess.run([sys.executable, "-c", burn], check=True, timeout=60)
@@ -101,5 +104,22 @@ def test_each_test_reports_its_cpu_seconds() -> None:
     next(hook)
     with pytest.raises(StopIteration):
         hook.send(SimpleNamespace(get_result=lambda: report))
-    ((name, cpu),) = report.user_properties
-    assert name == "cpu_s" and cpu >= 0.25
+    props = dict(report.user_properties)
+    assert props["cpu_s"] >= 0.25 and props["worker"] == "main" and props["ended_s"] > 0
+
+
+def test_tail_names_the_tests_that_ended_last(tmp_path: Path) -> None:
+    junit = tmp_path / "junit.xml"
+    prop = '<properties><property name="worker" value="{}" /><property name="ended_s" value="{}" /></properties>'
+    junit.write_text(
+        '<testsuites><testsuite name="pytest">'
+        f'<testcase classname="t" name="a" time="1.0">{prop.format("gw0", 5.0)}</testcase>'
+        f'<testcase classname="t" name="b" time="12.0">{prop.format("gw1", 30.0)}</testcase>'
+        f'<testcase classname="t" name="c" time="2.0">{prop.format("gw2", 20.0)}</testcase>'
+        '<testcase classname="t" name="d" time="9.0"/>'
+        "</testsuite></testsuites>"
+    )
+    assert scaling.tail(junit, n=2) == {
+        "worker_ends_s": [5.0, 20.0, 30.0],
+        "last_tests": [["t::b", "gw1", 18.0, 12.0], ["t::c", "gw2", 18.0, 2.0]],
+    }
