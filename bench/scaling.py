@@ -10,7 +10,7 @@ workers, user + system) and the host's one-minute load average at its start. The
 Also listed: for the last run, when each process's last test ended (min, median, maximum) and the tests
 that ended last, which show what a many-worker run waits for at its end; the slowest properties' examples
 per second in the first run. Written as
-``scaling.md`` and ``scaling.json`` under ``--out``. On a GPU host the kernel properties (markers
+``scaling.md`` and ``scaling.json`` under ``--out``, with each run's JUnit XML (``junit-WORKERS.xml``). On a GPU host the kernel properties (markers
 ``cuda``, ``sm90``, ``sm100``, ``gfx950``) run once first, untimed, so that JIT builds and caches
 are not charged to the first row.
 
@@ -37,6 +37,7 @@ import json
 import os
 import platform
 import resource
+import shutil
 import statistics
 import subprocess
 import sys
@@ -153,8 +154,11 @@ def children_cpu() -> float:
     return usage.ru_utime + usage.ru_stime
 
 
-def run_once(workers: str, targets: list[str], profile: str, threads: int | None, root: Path) -> dict[str, Any]:
-    """One ``pytest -n workers`` run of ``targets``; wall time, records, outcomes and example counts."""
+def run_once(
+    workers: str, targets: list[str], profile: str, threads: int | None, root: Path, out: Path | None = None
+) -> dict[str, Any]:
+    """One ``pytest -n workers`` run of ``targets``; wall time, records, outcomes and example counts. With
+    ``out``, its JUnit XML is kept there as ``junit-WORKERS.xml`` (every test's time, CPU, worker and end)."""
     with tempfile.TemporaryDirectory() as tmp:
         results = Path(tmp)
         cmd = [
@@ -172,6 +176,9 @@ def run_once(workers: str, targets: list[str], profile: str, threads: int | None
         for path in results.glob("stats-*.json"):
             stats.update(json.loads(path.read_text()))
         junit = results / "junit.xml"
+        if junit.exists() and out is not None:
+            out.mkdir(parents=True, exist_ok=True)
+            shutil.copy(junit, out / f"junit-{workers}.xml")
         return {
             "returncode": proc.returncode,
             "tail": proc.stdout[-2000:] if proc.returncode not in (0, 1) else "",
@@ -355,7 +362,7 @@ def main(argv: list[str] | None = None) -> int:
     runs: dict[str, dict[str, Any]] = {}
     # the first count, then the largest first, so that a run cut short still has the widest row
     for label in [labels[0], *reversed(labels[1:])]:
-        runs[label] = run_once(label, args.targets, args.profile, args.threads, root)
+        runs[label] = run_once(label, args.targets, args.profile, args.threads, root, args.out)
         print(f"-n {label}: {runs[label]['wall_s']:.1f} s", file=sys.stderr, flush=True)
         first = runs[labels[0]]
         report["runs"] = [row(lb, runs[lb], first) for lb in labels if lb in runs]

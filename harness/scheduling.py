@@ -3,8 +3,8 @@
 With many workers a run is never shorter than its longest test plus the workers' start-up, so the
 long tests must not wait behind short ones, nor queue behind each other on one worker.
 
-* A test marked ``long(seconds)`` (a self-test that runs pytest in subprocesses: seconds, where a
-  property example takes milliseconds) is moved to the front of each xdist worker's collection,
+* A test marked ``long(seconds)`` (a self-test that runs pytest in subprocesses or searches with
+  Hypothesis: seconds, where a property example takes milliseconds) is moved to the front of each xdist worker's collection,
   the longest first by its ``seconds`` (its wall time as ``pytest --durations`` reported it under
   ``-n 2`` on the shared 2-core CPU machine; only the order matters), then in collection order.
   A test marked ``late`` (it reads what a long test of its module ran, :mod:`tests.batch`) moves to
@@ -29,7 +29,9 @@ from __future__ import annotations
 
 import pytest
 
-MARKER = "long(seconds): a long self-test (runs pytest in subprocesses); under xdist the longest start first"
+MARKER = (
+    "long(seconds): a long self-test (runs pytest in subprocesses, or a search); under xdist the longest start first"
+)
 LATE = "late: reads what a long self-test of its module ran; under xdist it runs after the others"
 
 

@@ -110,6 +110,7 @@ def test_a_copy_seeded_from_the_dev_venv_drops_what_only_the_dev_extra_installs(
     assert not {"torch", "numpy", "hypothesis", "pytest", "pytest-xdist"} & set(dev_only), dev_only
 
 
+@pytest.mark.long(5)
 def test_a_checkout_without_the_entry_points_is_refused_before_the_first_test(tmp_path: Path) -> None:
     """A self-test run whose suite is only on ``PYTHONPATH`` names the missing entry points (``tests/conftest.py``)."""
     from tests.conftest import PLUGINS, missing_plugins

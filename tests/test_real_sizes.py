@@ -128,6 +128,7 @@ COSTS: Costs = {}
 """Property costs timed for one mutant, ordering the next one's properties (:class:`bench.detection.Outcomes`)."""
 
 
+@pytest.mark.long(10)  # a search over every property of three contracts
 @pytest.mark.parametrize("mutant", CI_MUTANTS, ids=lambda s: s.name)
 def test_generation_alone_catches_the_size_mutants(mutant) -> None:
     """``python -m bench --quick``'s figure: seed 0, 25 examples per property, no pins."""
