@@ -11,12 +11,12 @@ long tests must not wait behind short ones, nor queue behind each other on one w
   the end, so that another worker does not wait for the long test to finish.
   Every worker sorts the same way, so the collections stay identical, as xdist requires; a run
   without xdist keeps pytest's order.
-* Under ``-n`` with the default ``--dist load`` the plugin's scheduler, :class:`DealtLoadScheduling`,
-  deals the first round like cards: with ``n`` workers and a first round of ``n·c`` tests, worker
-  ``k`` gets tests ``k, k+n, k+2n, ...``, so the long tests at the front land on different workers
-  and each starts at once. ``c`` is xdist's own first-round size (a quarter of a worker's share,
-  at most ``--maxschedchunk``); after the first round xdist's ``LoadScheduling`` hands out the rest
-  unchanged (a worker asks for more as its queue runs low). xdist's own first round sends each
+* Under ``-n`` with the default ``--dist load`` the plugin's scheduler, :class:`DealtWorkStealing`, deals the
+  whole collection like cards: with ``n`` workers, worker ``k`` gets tests ``k, k+n, k+2n, ...``, so the long
+  tests at the front land on different workers and each starts at once. After that it is xdist's
+  ``WorkStealingScheduling``: a worker whose queue runs low takes half of the longest queue's tail, so no
+  worker sits idle at the end while another still has tests queued (xdist's ``LoadScheduling`` tops each
+  worker up from a shared pool but never moves what it has queued). xdist's own first round sends each
   worker a contiguous chunk, which would give every long test to the first worker.
 
 Other ``--dist`` modes (``worksteal``, ``loadscope``, ...) are xdist's, unchanged. The order changes
@@ -72,42 +72,32 @@ def deal(indices: list[int], workers: int) -> list[list[int]]:
     return [indices[k::workers] for k in range(workers)]
 
 
-def first_round(tests: int, workers: int, max_chunk: int | None) -> int:
-    """Tests sent in the first round: ``workers`` times xdist's chunk, a quarter of a worker's share
-    (at least 1, at most ``max_chunk``), never more than there are."""
-    chunk = max(1, min(tests // workers // 4, max_chunk or tests))
-    return min(tests, workers * chunk)
-
-
 def _scheduler_class() -> type:
-    from xdist.scheduler import LoadScheduling
+    from xdist.scheduler import WorkStealingScheduling
 
-    class DealtLoadScheduling(LoadScheduling):
-        """xdist's ``LoadScheduling`` with a dealt first round (:func:`deal`, :func:`first_round`)."""
+    class DealtWorkStealing(WorkStealingScheduling):
+        """xdist's ``WorkStealingScheduling`` with the collection dealt round-robin at the start (:func:`deal`)."""
 
         def schedule(self) -> None:
             collections = list(self.node2collection.values())
             if self.collection is None and collections[0] and all(c == collections[0] for c in collections):
                 self.collection = collections[0]
-                if self.maxschedchunk is None:
-                    self.maxschedchunk = len(self.collection)
-                nodes = self.nodes
-                head = first_round(len(self.collection), len(nodes), self.maxschedchunk)
-                self.pending[:] = range(head, len(self.collection))
-                for node, queue in zip(nodes, deal(list(range(head)), len(nodes)), strict=True):
+                queues = deal(list(range(len(self.collection))), len(self.nodes))
+                for node, queue in zip(self.nodes, queues, strict=True):
                     if queue:
                         self.node2pending[node].extend(queue)
                         node.send_runtest_some(queue)
-            # later calls, an empty or mismatched collection (xdist reports it), and after the first round:
-            # LoadScheduling tops up (or shuts down) each worker from the pending tests
+                self.check_schedule()  # a worker dealt fewer than two tests steals or is told to finish
+                return
+            # later calls, an empty or mismatched collection (xdist reports it): WorkStealingScheduling's own
             super().schedule()
 
-    return DealtLoadScheduling
+    return DealtWorkStealing
 
 
 @pytest.hookimpl(tryfirst=True, optionalhook=True)
 def pytest_xdist_make_scheduler(config: pytest.Config, log):
-    """``--dist load`` (the default of ``-n``): :class:`DealtLoadScheduling`; other modes stay xdist's."""
+    """``--dist load`` (the default of ``-n``): :class:`DealtWorkStealing`; other modes stay xdist's."""
     if config.getvalue("dist") != "load":
         return None
     return _scheduler_class()(config, log)

@@ -138,21 +138,6 @@ def test_workers_get_their_share_of_the_cores(runs: tuple[Path, dict[str, batch.
     assert all(name.startswith("long") for name in firsts), order  # each worker starts with a long test
 
 
-@pytest.mark.parametrize(
-    ("tests", "n", "max_chunk", "want"),
-    [
-        (530, 16, None, 128),
-        (530, 16, 3, 48),
-        (265, 2, None, 66),
-        (8, 2, None, 2),
-        (3, 16, None, 3),
-        (0, 4, None, 0),
-    ],
-)
-def test_first_round_is_a_quarter_of_each_share(tests: int, n: int, max_chunk: int | None, want: int) -> None:
-    assert scheduling.first_round(tests, n, max_chunk) == want
-
-
 def test_deal_spreads_the_head_over_the_workers() -> None:
     assert scheduling.deal(list(range(8)), 3) == [[0, 3, 6], [1, 4, 7], [2, 5]]
     assert scheduling.deal([0], 2) == [[0], []]
