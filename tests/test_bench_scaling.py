@@ -80,16 +80,19 @@ def test_rows_compare_with_the_first_run_and_render() -> None:
     assert "- `t::a` (gw3): started at 15.0 s, took 10.0 s" in text
 
 
+def _junit(path: Path, cases: list[tuple[str, float, dict[str, object]]]) -> Path:
+    """A JUnit XML report at ``path`` of ``cases``: test ``t::NAME``, its seconds and its properties."""
+    body = ""
+    for name, seconds, props in cases:
+        listed = "".join(f'<property name="{k}" value="{v}" />' for k, v in props.items())
+        body += f'<testcase classname="t" name="{name}" time="{seconds}">'
+        body += (f"<properties>{listed}</properties>" if props else "") + "</testcase>"
+    path.write_text(f'<testsuites><testsuite name="pytest">{body}</testsuite></testsuites>')
+    return path
+
+
 def test_costliest_reads_each_tests_cpu_property(tmp_path: Path) -> None:
-    junit = tmp_path / "junit.xml"
-    prop = '<properties><property name="cpu_s" value="{}" /></properties>'
-    junit.write_text(
-        '<testsuites><testsuite name="pytest">'
-        f'<testcase classname="t" name="a" time="1.0">{prop.format(0.5)}</testcase>'
-        f'<testcase classname="t" name="b" time="2.0">{prop.format(4.25)}</testcase>'
-        '<testcase classname="t" name="c" time="9.0"/>'
-        "</testsuite></testsuites>"
-    )
+    junit = _junit(tmp_path / "junit.xml", [("a", 1.0, {"cpu_s": 0.5}), ("b", 2.0, {"cpu_s": 4.25}), ("c", 9.0, {})])
     assert scaling.costliest(junit) == [("t::b", 4.2, 2.0), ("t::a", 0.5, 1.0)]
 
 
@@ -109,16 +112,9 @@ def test_each_test_reports_its_cpu_seconds() -> None:
 
 
 def test_tail_names_the_tests_that_ended_last(tmp_path: Path) -> None:
-    junit = tmp_path / "junit.xml"
-    prop = '<properties><property name="worker" value="{}" /><property name="ended_s" value="{}" /></properties>'
-    junit.write_text(
-        '<testsuites><testsuite name="pytest">'
-        f'<testcase classname="t" name="a" time="1.0">{prop.format("gw0", 5.0)}</testcase>'
-        f'<testcase classname="t" name="b" time="12.0">{prop.format("gw1", 30.0)}</testcase>'
-        f'<testcase classname="t" name="c" time="2.0">{prop.format("gw2", 20.0)}</testcase>'
-        '<testcase classname="t" name="d" time="9.0"/>'
-        "</testsuite></testsuites>"
-    )
+    cases = [("a", 1.0, ("gw0", 5.0)), ("b", 12.0, ("gw1", 30.0)), ("c", 2.0, ("gw2", 20.0))]
+    listed = [(name, t, {"worker": w, "ended_s": end}) for name, t, (w, end) in cases]
+    junit = _junit(tmp_path / "junit.xml", [*listed, ("d", 9.0, {})])
     assert scaling.tail(junit, n=2) == {
         "worker_ends_s": [5.0, 20.0, 30.0],
         "last_tests": [["t::b", "gw1", 18.0, 12.0], ["t::c", "gw2", 18.0, 2.0]],
