@@ -9,10 +9,10 @@ every test's outcome and example count equal the first run's, the CPU seconds it
 workers, user + system) and the host's one-minute load average at its start. The last row is ``-n auto``.
 Also listed: for the last run, when each process's last test ended (min, median, maximum) and the tests
 that ended last, which show what a many-worker run waits for at its end; the slowest properties' examples
-per second in the first run. Written as
-``scaling.md`` and ``scaling.json`` under ``--out``, with each run's JUnit XML (``junit-WORKERS.xml``). On a GPU host the kernel properties (markers
-``cuda``, ``sm90``, ``sm100``, ``gfx950``) run once first, untimed, so that JIT builds and caches
-are not charged to the first row.
+per second in the first run. Written as ``scaling.md`` and ``scaling.json`` under ``--out``, with each
+run's JUnit XML (``junit-WORKERS.xml``). On a GPU host the kernel properties (markers ``cuda``, ``sm90``,
+``sm100``, ``gfx950``) run once first, untimed, so that JIT builds and caches are not charged to the
+first row.
 
 ``--baseline-root PATH`` (another checkout, for example the commit before a speed-up) adds an A/B
 of the slowest properties: each checkout runs them in one process with one torch thread, back to

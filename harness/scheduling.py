@@ -4,20 +4,22 @@ With many workers a run is never shorter than its longest test plus the workers'
 long tests must not wait behind short ones, nor queue behind each other on one worker.
 
 * A test marked ``long(seconds)`` (a self-test that runs pytest in subprocesses or searches with
-  Hypothesis: seconds, where a property example takes milliseconds) is moved to the front of each xdist worker's collection,
-  the longest first by its ``seconds`` (its wall time as ``pytest --durations`` reported it under
-  ``-n 2`` on the shared 2-core CPU machine; only the order matters), then in collection order.
+  Hypothesis: seconds, where a property example takes milliseconds) is moved to the front of each
+  xdist worker's collection, the longest first by its ``seconds`` (its wall time as ``pytest
+  --durations`` reported it under ``-n 2`` on the shared 2-core CPU machine; only the order
+  matters), then in collection order.
   A test marked ``late`` (it reads what a long test of its module ran, :mod:`tests.batch`) moves to
   the end, so that another worker does not wait for the long test to finish.
   Every worker sorts the same way, so the collections stay identical, as xdist requires; a run
   without xdist keeps pytest's order.
-* Under ``-n`` with the default ``--dist load`` the plugin's scheduler, :class:`DealtWorkStealing`, deals the
-  whole collection like cards: with ``n`` workers, worker ``k`` gets tests ``k, k+n, k+2n, ...``, so the long
-  tests at the front land on different workers and each starts at once. After that it is xdist's
-  ``WorkStealingScheduling``: a worker whose queue runs low takes half of the longest queue's tail, so no
-  worker sits idle at the end while another still has tests queued (xdist's ``LoadScheduling`` tops each
-  worker up from a shared pool but never moves what it has queued). xdist's own first round sends each
-  worker a contiguous chunk, which would give every long test to the first worker.
+* Under ``-n`` with the default ``--dist load`` the plugin's scheduler, :class:`DealtWorkStealing`,
+  deals the whole collection like cards: with ``n`` workers, worker ``k`` gets tests ``k, k+n,
+  k+2n, ...``, so the long tests at the front land on different workers and each starts at once.
+  After that it is xdist's ``WorkStealingScheduling``: a worker whose queue runs low takes half of
+  the longest queue's tail, so no worker sits idle at the end while another still has tests queued
+  (xdist's ``LoadScheduling`` tops each worker up from a shared pool but never moves what it has
+  queued). xdist's own first round sends each worker a contiguous chunk, which would give every
+  long test to the first worker.
 
 Other ``--dist`` modes (``worksteal``, ``loadscope``, ...) are xdist's, unchanged. The order changes
 only when tests run, never what runs nor how it is checked: every property draws its examples from
