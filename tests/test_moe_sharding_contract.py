@@ -9,8 +9,10 @@ import torch
 from hypothesis import given
 from hypothesis import strategies as st
 
+from backends.nvfp4_moe import Nvfp4MoeBackend
 from conformance import test_moe_sharding as sharding
 from conformance.layers import PerConfig
+from conformance.test_moe_sharding import assert_placement, partial_output
 from contracts.moe_sharding import RankShard, ShardRefused, rank_coordinates
 from reference.formats import MXFP4_BLOCK, NVFP4_BLOCK
 from reference.layouts import Fc1Layout
@@ -203,3 +205,20 @@ def test_per_config_values_are_computed_once_and_the_oldest_dropped() -> None:
     assert calls == ["a", "b", "c", "a"], "a read its kept value once, then was dropped for c"
     inputs[1] = 1.0  # changed in place: a new key
     assert kept.get("a", inputs, lambda: compute("a")) == "A" and calls == ["a", "b", "c", "a", "a"]
+
+
+def test_backends_share_the_layers_reference_outputs_and_placement_verdicts(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The configuration bound to each backend (``for_backend``, as the runner binds it) keys the caches by the
+    drawn layer alone: a policy that shards the same way for two backends gets one layer output, one output per
+    rank and one placement check."""
+    outputs, placements = [], []
+    monkeypatch.setattr(sharding, "_LAYER_OUTPUTS", PerConfig())
+    monkeypatch.setattr(sharding, "_RANK_OUTPUTS", PerConfig())
+    monkeypatch.setattr(sharding, "_PLACEMENTS", PerConfig())
+    monkeypatch.setattr(sharding, "partial_output", lambda *a: outputs.append(a) or partial_output(*a))
+    monkeypatch.setattr(sharding, "assert_placement", lambda *a: placements.append(1) or assert_placement(*a))
+    for backend in (Nvfp4MoeBackend.FLASHINFER_TRTLLM, Nvfp4MoeBackend.FLASHINFER_CUTLASS):
+        config = GEMMA_TP8.for_backend(backend)
+        sharding.check_ranks_sum_to_layer(config, backend, BuiltinMoeSharding())
+        sharding.check_every_element_on_one_rank(config, backend, BuiltinMoeSharding())
+    assert len(outputs) == 1 + GEMMA_TP8.ranks and len(placements) == 1, (len(outputs), len(placements))
