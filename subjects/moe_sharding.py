@@ -41,10 +41,12 @@ def select_experts(weights: MoeWeights, experts: Sequence[int]) -> MoeWeights:
 
 
 def place(x: torch.Tensor, dim: int, start: int, size: int) -> torch.Tensor:
-    """``x`` at positions ``[start, start + n)`` of ``dim`` grown to ``size``, zeros elsewhere."""
-    front = list(x.shape)
-    front[dim] = start
-    return pad_dim(torch.cat((x.new_zeros(front), x), dim=dim), dim, size)
+    """``x`` at positions ``[start, start + n)`` of ``dim`` grown to ``size``, zeros elsewhere (a new tensor)."""
+    shape = list(x.shape)
+    shape[dim] = size
+    out = x.new_zeros(shape)
+    out.narrow(dim, start, x.shape[dim]).copy_(x)
+    return out
 
 
 def take_channels(
