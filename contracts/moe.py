@@ -224,7 +224,7 @@ def _fc1_dim(name: str) -> int:
     return -1 if name == "w13_bias" else -2
 
 
-def _words(*ts: torch.Tensor) -> tuple[torch.Tensor, ...]:
+def byte_words(*ts: torch.Tensor) -> tuple[torch.Tensor, ...]:
     """``ts`` (uint8 or int8, where equal values are equal bytes) viewed as the widest of int64, int32 and int16
     that divides every one's last dimension (of stride 1), other strides and storage offset: the same bytes, fewer
     elements (``torch.equal`` on words is several times faster on CPU than on bytes); ``ts`` themselves otherwise."""
@@ -251,7 +251,7 @@ def _leads(src: torch.Tensor, dst: torch.Tensor) -> bool:
         or any(d < s for d, s in zip(dst.shape, src.shape, strict=True))
     ):
         return False
-    return bool(torch.equal(*_words(dst[tuple(slice(0, n) for n in src.shape)], src)))
+    return bool(torch.equal(*byte_words(dst[tuple(slice(0, n) for n in src.shape)], src)))
 
 
 def fc1_layout_holds(source: MoeWeights, padded: MoeWeights, name: str, layout: Fc1Layout) -> bool:
