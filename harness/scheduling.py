@@ -3,18 +3,25 @@
 With many workers a run is never shorter than its longest test plus the workers' start-up, so the
 long tests must not wait behind short ones, nor queue behind each other on one worker.
 
-* A test marked ``long(seconds)`` (a self-test that runs pytest in subprocesses or searches with
-  Hypothesis: seconds, where a property example takes milliseconds) is moved to the front of each
-  xdist worker's collection, the longest first by its ``seconds`` (its wall time as ``pytest
-  --durations`` reported it under ``-n 2`` on the shared 2-core CPU machine; only the order
-  matters), then in collection order.
+* A test marked ``long(seconds)`` (a self-test that runs pytest in subprocesses, searches with
+  Hypothesis, or loads a kernel library: seconds, where a property example takes milliseconds) is
+  moved to the front of each xdist worker's collection, the longest first by its ``seconds`` (its
+  wall time as ``pytest --durations`` reported it under ``-n 2`` on the shared 2-core CPU machine,
+  or on a GPU host where that is longer; only the order matters), then in collection order.
   A test marked ``late`` (it reads what a long test of its module ran, :mod:`tests.batch`) moves to
   the end, so that another worker does not wait for the long test to finish.
   Every worker sorts the same way, so the collections stay identical, as xdist requires; a run
   without xdist keeps pytest's order.
 * Under ``-n`` with the default ``--dist load`` the plugin's scheduler, :class:`DealtWorkStealing`,
-  deals the whole collection like cards: with ``n`` workers, worker ``k`` gets tests ``k, k+n,
-  k+2n, ...``, so the long tests at the front land on different workers and each starts at once.
+  deals the whole collection like cards, one *hand* at a time (:func:`hands`): a hand is one test
+  function's consecutive parametrizations over the backends (a property on every backend; any
+  other test is a hand of its own), and each hand goes to the worker with the fewest tests queued
+  so far, the first worker on ties. So the long tests at the front land on different workers and
+  each starts at once, and a property's backends run in one process, where they share what that
+  process cached for the layers they all draw (the sharding property's reference outputs and
+  placement verdicts, the padded reference outputs: ``conformance/test_moe_sharding.py``,
+  ``conformance/moe_properties.py``). Dealt one test at a time, the backends of a property went to
+  different workers, each of which computed the same reference outputs again.
   After that it is xdist's ``WorkStealingScheduling``: a worker whose queue runs low takes half of
   the longest queue's tail, so no worker sits idle at the end while another still has tests queued
   (xdist's ``LoadScheduling`` tops each worker up from a shared pool but never moves what it has
@@ -29,10 +36,13 @@ on it (``python -m bench.scaling`` compares them across worker counts).
 
 from __future__ import annotations
 
+from collections.abc import Collection
+
 import pytest
 
 MARKER = (
-    "long(seconds): a long self-test (runs pytest in subprocesses, or a search); under xdist the longest start first"
+    "long(seconds): a long self-test (runs pytest in subprocesses, searches, or loads a kernel library); "
+    "under xdist the longest start first"
 )
 LATE = "late: reads what a long self-test of its module ran; under xdist it runs after the others"
 
@@ -69,22 +79,47 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
         items[:] = long_first(items)
 
 
-def deal(indices: list[int], workers: int) -> list[list[int]]:
-    """Split ``indices`` round-robin over ``workers`` queues: queue ``k`` gets ``indices[k::workers]``."""
-    return [indices[k::workers] for k in range(workers)]
+def hands(nodeids: list[str], backends: Collection[str]) -> list[list[int]]:
+    """The indices of ``nodeids`` cut into hands, in order. A hand is a maximal run of consecutive ids of one
+    test function whose parameters are a backend's name (``m::p[aiter-ck]``: a property on each backend); every
+    other id is a hand of its own (a long self-test's cases go to different workers). With ``backends``
+    ``{"x", "y"}``, ``["m::p[x]", "m::p[y]", "m::q[x]", "m::s[1]", "m::s[2]"]`` gives ``[[0, 1], [2], [3], [4]]``."""
+    out: list[list[int]] = []
+    last = None
+    for index, nodeid in enumerate(nodeids):
+        function, _, parameters = nodeid.partition("[")
+        key = function if parameters[:-1] in backends else None
+        if key is not None and key == last:
+            out[-1].append(index)
+        else:
+            out.append([index])
+        last = key
+    return out
+
+
+def deal(dealt: list[list[int]], workers: int) -> list[list[int]]:
+    """Deal the hands ``dealt`` in order over ``workers`` queues: each hand goes whole to the queue with the
+    fewest tests so far, the first such queue on ties. Singleton hands are dealt round-robin."""
+    queues: list[list[int]] = [[] for _ in range(workers)]
+    for hand in dealt:
+        min(queues, key=len).extend(hand)
+    return queues
 
 
 def _scheduler_class() -> type:
     from xdist.scheduler import WorkStealingScheduling
 
     class DealtWorkStealing(WorkStealingScheduling):
-        """xdist's ``WorkStealingScheduling`` with the collection dealt round-robin at the start (:func:`deal`)."""
+        """xdist's ``WorkStealingScheduling`` with the collection dealt in hands at the start (:func:`hands`, :func:`deal`)."""
 
         def schedule(self) -> None:
             collections = list(self.node2collection.values())
             if self.collection is None and collections[0] and all(c == collections[0] for c in collections):
                 self.collection = collections[0]
-                queues = deal(list(range(len(self.collection))), len(self.nodes))
+                from subjects.registry import all_backends
+
+                backends = {member.value for member in all_backends()}
+                queues = deal(hands(self.collection, backends), len(self.nodes))
                 for node, queue in zip(self.nodes, queues, strict=True):
                     if queue:
                         self.node2pending[node].extend(queue)

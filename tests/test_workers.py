@@ -139,8 +139,15 @@ def test_workers_get_their_share_of_the_cores(runs: tuple[Path, dict[str, batch.
 
 
 def test_deal_spreads_the_head_over_the_workers() -> None:
-    assert scheduling.deal(list(range(8)), 3) == [[0, 3, 6], [1, 4, 7], [2, 5]]
-    assert scheduling.deal([0], 2) == [[0], []]
+    assert scheduling.deal([[i] for i in range(8)], 3) == [[0, 3, 6], [1, 4, 7], [2, 5]]
+    assert scheduling.deal([[0]], 2) == [[0], []]
+
+
+def test_a_property_s_backends_are_dealt_to_one_worker() -> None:
+    ids = ["t.py::long[1]", "t.py::long[2]", "t.py::p[x]", "t.py::p[y]", "t.py::p[z]", "t.py::q[x]", "u.py::p[x]"]
+    dealt = scheduling.hands(ids, {"x", "y", "z"})
+    assert dealt == [[0], [1], [2, 3, 4], [5], [6]]  # a long test's cases stay apart
+    assert scheduling.deal(dealt, 2) == [[0, 2, 3, 4], [1, 5, 6]]
 
 
 class _Item:
