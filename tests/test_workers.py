@@ -4,13 +4,15 @@ The end-to-end tests run a small module of trivial tests under ``pytest -n N`` i
 read the workers' records: two workers split the usable cores (one thread each on a 2-core machine,
 where torch's default would be two), a thread count in ``OMP_NUM_THREADS`` wins, and the summary
 prints the sizing line. The same run checks :mod:`harness.scheduling`: each worker's first test is
-a ``long`` one, although the module defines them last.
+a ``long`` one, although the module defines them last. A worker ends its own process only once it has
+reported its session's end (:func:`harness.workers.end_worker`).
 """
 
 from __future__ import annotations
 
 import os
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 
@@ -136,6 +138,19 @@ def test_workers_get_their_share_of_the_cores(runs: tuple[Path, dict[str, batch.
     assert len(order) == 8
     firsts = [next(name for w, name in order if w == f"gw{i}") for i in range(n)]
     assert all(name.startswith("long") for name in firsts), order  # each worker starts with a long test
+
+
+def test_only_a_worker_that_reported_ends_its_process(monkeypatch: pytest.MonkeyPatch) -> None:
+    calls: list[object] = []
+    monkeypatch.setattr(workers.atexit, "_run_exitfuncs", lambda: calls.append("exit handlers"))
+    monkeypatch.setattr(workers.os, "_exit", lambda status: calls.append(("os._exit", status)))
+    workers.end_worker(SimpleNamespace())  # the controller, or a run without xdist
+    worker = SimpleNamespace(workeroutput={})
+    workers.end_worker(worker)  # configuration or session failed before it reported: xdist shows the error
+    assert calls == []
+    worker.workeroutput["exitstatus"] = 1
+    workers.end_worker(worker)
+    assert calls == ["exit handlers", ("os._exit", 1)]
 
 
 def test_deal_spreads_the_head_over_the_workers() -> None:
