@@ -99,7 +99,8 @@ def hands(nodeids: list[str], backends: Collection[str]) -> list[list[int]]:
 
 def deal(dealt: list[list[int]], workers: int) -> list[list[int]]:
     """Deal the hands ``dealt`` in order over ``workers`` queues: each hand goes whole to the queue with the
-    fewest tests so far, the first such queue on ties. Singleton hands are dealt round-robin."""
+    fewest tests so far, the first such queue on ties (so the singleton hands of the long tests at the front go
+    round-robin)."""
     queues: list[list[int]] = [[] for _ in range(workers)]
     for hand in dealt:
         min(queues, key=len).extend(hand)
