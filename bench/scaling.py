@@ -94,6 +94,10 @@ def costliest(junit: Path, n: int = 10) -> list[tuple[str, float, float]]:
     return sorted(cases, key=lambda c: -c[1])[:n]
 
 
+NO_ENDS: dict[str, list[Any]] = {"worker_ends_s": [], "last_tests": []}
+""":func:`tail` of a run without JUnit XML, or whose tests carry no ``worker`` and ``ended_s``."""
+
+
 def tail(junit: Path, n: int = 5) -> dict[str, Any]:
     """When each process's last test ended (seconds after the run's start: min, median, max over the
     processes) and the ``n`` tests that ended last, ``(test, worker, started s, seconds)``: with many
@@ -114,7 +118,7 @@ def tail(junit: Path, n: int = 5) -> dict[str, Any]:
             (end, f"{c.get('classname')}::{c.get('name')}", worker, round(end - seconds, 1), round(seconds, 1))
         )
     if not ends:
-        return {"worker_ends_s": [], "last_tests": []}
+        return NO_ENDS
     last = [list(case[1:]) for case in sorted(cases, key=lambda case: -case[0])[:n]]
     spread = [round(min(ends.values()), 1), round(statistics.median(ends.values()), 1), round(max(ends.values()), 1)]
     return {"worker_ends_s": spread, "last_tests": last}
@@ -189,7 +193,7 @@ def run_once(
             "outcomes": outcomes(junit) if junit.exists() else {},
             "longest": longest(junit) if junit.exists() else [],
             "costliest": costliest(junit) if junit.exists() else [],
-            "ends": tail(junit) if junit.exists() else {"worker_ends_s": [], "last_tests": []},
+            "ends": tail(junit) if junit.exists() else NO_ENDS,
             "examples": {node: s["examples"] for node, s in stats.items()},
             "stats": stats,
         }
@@ -213,7 +217,7 @@ def row(label: str, run: dict[str, Any], first: dict[str, Any]) -> dict[str, Any
         "returncode": run["returncode"],
         "longest_tests_s": run["longest"],
         "costliest_tests_cpu_s": run.get("costliest", []),
-        **run.get("ends", {"worker_ends_s": [], "last_tests": []}),
+        **run.get("ends", NO_ENDS),
         "failed_tests": sorted(k for k, v in run["outcomes"].items() if v == "failed"),
         "same_results": run["outcomes"] == first["outcomes"] and run["examples"] == first["examples"],
     }
