@@ -14,6 +14,11 @@ run's JUnit XML (``junit-WORKERS.xml``). On a GPU host the kernel properties (ma
 ``sm100``, ``gfx950``) run once first, untimed, so that JIT builds and caches are not charged to the
 first row.
 
+The runs share a pytest cache of their own (``pytest-cache`` under ``--out``, emptied at the start), so the
+first run deals its tests to the workers by count and every later run by the test durations the runs
+before it stored (:mod:`harness.scheduling`), as a host's second run of a checkout does; the table's
+last column says which.
+
 ``--baseline-root PATH`` (another checkout, for example the commit before a speed-up) adds an A/B
 of the slowest properties: each checkout runs them in one process with one torch thread, back to
 back on this host, and the report gives both examples/s.
@@ -158,15 +163,32 @@ def children_cpu() -> float:
     return usage.ru_utime + usage.ru_stime
 
 
+DEALING = "xdist dealing: "
+"""The start of the summary line on how the scheduler dealt the run (:func:`harness.scheduling.dealing`)."""
+
+
+def dealt_by(stdout: str) -> str | None:
+    """How a run's tests were dealt to its workers, from its summary line (None when it printed none)."""
+    return next((line[len(DEALING) :] for line in stdout.splitlines() if line.startswith(DEALING)), None)
+
+
 def run_once(
-    workers: str, targets: list[str], profile: str, threads: int | None, root: Path, out: Path | None = None
+    workers: str,
+    targets: list[str],
+    profile: str,
+    threads: int | None,
+    root: Path,
+    cache: Path,
+    out: Path | None = None,
 ) -> dict[str, Any]:
-    """One ``pytest -n workers`` run of ``targets``; wall time, records, outcomes and example counts. With
-    ``out``, its JUnit XML is kept there as ``junit-WORKERS.xml`` (every test's time, CPU, worker and end)."""
+    """One ``pytest -n workers`` run of ``targets`` with pytest's cache in ``cache`` (where the scheduler reads the
+    test durations earlier runs stored, and stores this run's: :mod:`harness.scheduling`); wall time, records,
+    outcomes and example counts. With ``out``, its JUnit XML is kept there as ``junit-WORKERS.xml`` (every test's
+    time, CPU, worker and end)."""
     with tempfile.TemporaryDirectory() as tmp:
         results = Path(tmp)
         cmd = [
-            sys.executable, "-m", "pytest", *targets, "-q", "-p", "no:cacheprovider", "-n", workers,
+            sys.executable, "-m", "pytest", *targets, "-q", "-o", f"cache_dir={cache}", "-n", workers,
             "--hypothesis-profile", profile, "--results", str(results), "--junitxml", str(results / "junit.xml"),
         ]  # fmt: skip
         env = pytest_env(profile, threads, root)
@@ -194,6 +216,7 @@ def run_once(
             "longest": longest(junit) if junit.exists() else [],
             "costliest": costliest(junit) if junit.exists() else [],
             "ends": tail(junit) if junit.exists() else NO_ENDS,
+            "dealt_by": dealt_by(proc.stdout),
             "examples": {node: s["examples"] for node, s in stats.items()},
             "stats": stats,
         }
@@ -218,6 +241,7 @@ def row(label: str, run: dict[str, Any], first: dict[str, Any]) -> dict[str, Any
         "longest_tests_s": run["longest"],
         "costliest_tests_cpu_s": run.get("costliest", []),
         **run.get("ends", NO_ENDS),
+        "dealt_by": run.get("dealt_by"),
         "failed_tests": sorted(k for k, v in run["outcomes"].items() if v == "failed"),
         "same_results": run["outcomes"] == first["outcomes"] and run["examples"] == first["examples"],
     }
@@ -273,6 +297,16 @@ def host() -> dict[str, Any]:
     }
 
 
+def short_dealing(dealt: str | None) -> str:
+    """The table's cell for a row's dealing: ``count``, ``stored seconds (K/N)``, or ``-`` (no xdist scheduler line)."""
+    if not dealt:
+        return "-"
+    if dealt.startswith("by count"):
+        return "count"
+    words = dealt.split()  # "by the stored seconds of K of N tests ..."
+    return f"stored seconds ({words[5]}/{words[7]})"
+
+
 def markdown(report: dict[str, Any]) -> str:
     h = report["host"]
     out = [
@@ -284,8 +318,8 @@ def markdown(report: dict[str, Any]) -> str:
         + (f"; kernel-property warm-up {report['warmup_s']} s before the first row" if report["warmup_s"] else ""),
         "",
         "| workers | processes x torch threads | wall s | CPU s | load at start | speed-up | start-up median / max s "
-        "| passed / failed / skipped | same results as first row |",
-        "|---|---|---|---|---|---|---|---|---|",
+        "| passed / failed / skipped | same results as first row | dealt by |",
+        "|---|---|---|---|---|---|---|---|---|---|",
     ]
     for r in report["runs"]:
         threads = "/".join(map(str, r["threads_per_worker"])) or "?"
@@ -293,7 +327,7 @@ def markdown(report: dict[str, Any]) -> str:
             f"| {r['workers']} | {r['processes']} x {threads} | {r['wall_s']} | {r['cpu_s']} | {r['load']} "
             f"| {r['speedup']}x "
             f"| {r['startup_median_s']} / {r['startup_max_s']} | {r['passed']} / {r['failed']} / {r['skipped']} "
-            f"| {'yes' if r['same_results'] else 'NO'} |"
+            f"| {'yes' if r['same_results'] else 'NO'} | {short_dealing(r.get('dealt_by'))} |"
         )
     last = report["runs"][-1]
     out += [
@@ -364,9 +398,11 @@ def main(argv: list[str] | None = None) -> int:
         "errors": {},
     }
     runs: dict[str, dict[str, Any]] = {}
+    cache = args.out.resolve() / "pytest-cache"  # the rows' own pytest cache, empty at the start
+    shutil.rmtree(cache, ignore_errors=True)
     # the first count, then the largest first, so that a run cut short still has the widest row
     for label in [labels[0], *reversed(labels[1:])]:
-        runs[label] = run_once(label, args.targets, args.profile, args.threads, root, args.out)
+        runs[label] = run_once(label, args.targets, args.profile, args.threads, root, cache, args.out)
         print(f"-n {label}: {runs[label]['wall_s']:.1f} s", file=sys.stderr, flush=True)
         first = runs[labels[0]]
         report["runs"] = [row(lb, runs[lb], first) for lb in labels if lb in runs]

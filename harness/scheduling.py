@@ -28,6 +28,15 @@ long tests must not wait behind short ones, nor queue behind each other on one w
   queued). xdist's own first round sends each worker a contiguous chunk, which would give every
   long test to the first worker.
 
+* A run with pytest's cache (the default; not under ``-p no:cacheprovider``) stores every test's
+  seconds (setup, call and teardown, as its reports give them) in the cache under
+  :data:`DURATIONS_KEY` when it ends, merged over what earlier runs stored (:func:`record`). The next
+  run on that checkout deals by them (:func:`deal`): the hands, longest first, each to the queue with
+  the fewest seconds so far (a test the store does not know counts the median of those it knows), so
+  that every worker's queue ends at about the same time; a count does not tell a 5 s kernel test on a
+  GPU host from a 50 ms unit test. Each worker still runs its queue in collection order (the ``long``
+  tests first, the ``late`` ones last). A run without stored durations deals by count, as above.
+
 Other ``--dist`` modes (``worksteal``, ``loadscope``, ...) are xdist's, unchanged. The order changes
 only when tests run, never what runs nor how it is checked: every property draws its examples from
 its own derandomized seed under the ``ci`` profile, so outcomes and example counts do not depend
@@ -36,7 +45,9 @@ on it (``python -m bench.scaling`` compares them across worker counts).
 
 from __future__ import annotations
 
-from collections.abc import Collection
+import collections
+import statistics
+from collections.abc import Collection, Mapping
 
 import pytest
 
@@ -50,6 +61,8 @@ LATE = "late: reads what a long self-test of its module ran; under xdist it runs
 def pytest_configure(config: pytest.Config) -> None:
     config.addinivalue_line("markers", MARKER)
     config.addinivalue_line("markers", LATE)
+    if not hasattr(config, "workerinput") and getattr(config, "cache", None) is not None:
+        config.pluginmanager.register(DurationRecorder(config), "fp4-durations")
 
 
 def expected_seconds(item: pytest.Item) -> float | None:
@@ -97,14 +110,74 @@ def hands(nodeids: list[str], backends: Collection[str]) -> list[list[int]]:
     return out
 
 
-def deal(dealt: list[list[int]], workers: int) -> list[list[int]]:
-    """Deal the hands ``dealt`` in order over ``workers`` queues: each hand goes whole to the queue with the
-    fewest tests so far, the first such queue on ties (so the singleton hands of the long tests at the front go
-    round-robin)."""
+def deal(dealt: list[list[int]], workers: int, seconds: Mapping[int, float] | None = None) -> list[list[int]]:
+    """Deal the hands ``dealt`` over ``workers`` queues; each queue in index order.
+
+    Without ``seconds`` (no stored durations): in order, each hand whole to the queue with the fewest tests so
+    far, the first such queue on ties (so the singleton hands of the long tests at the front go round-robin).
+    With ``seconds`` (``{index: expected seconds}``; an index it lacks counts the median of its values): longest
+    hand first (ties in order), each to the queue with the fewest expected seconds so far, the first on ties
+    (greedy longest-processing-time scheduling: no queue ends more than one hand after the others)."""
     queues: list[list[int]] = [[] for _ in range(workers)]
-    for hand in dealt:
-        min(queues, key=len).extend(hand)
-    return queues
+    if seconds is None:
+        for hand in dealt:
+            min(queues, key=len).extend(hand)
+        return queues
+    default = statistics.median(seconds.values()) if seconds else 0.0
+    weight = [sum(seconds.get(index, default) for index in hand) for hand in dealt]
+    load = [0.0] * workers
+    for h in sorted(range(len(dealt)), key=lambda h: -weight[h]):
+        queue = min(range(workers), key=load.__getitem__)
+        queues[queue].extend(dealt[h])
+        load[queue] += weight[h]
+    return [sorted(queue) for queue in queues]
+
+
+DURATIONS_KEY = "fp4-conformance/durations"
+"""pytest cache key of the stored test durations: ``{node id: seconds}``."""
+
+
+def stored_durations(config: pytest.Config) -> dict[str, float]:
+    """The test durations earlier runs stored in this checkout's pytest cache; empty without the cache."""
+    cache = getattr(config, "cache", None)
+    stored = cache.get(DURATIONS_KEY, {}) if cache is not None else {}
+    return stored if isinstance(stored, dict) else {}
+
+
+def record(stored: Mapping[str, float], ran: Mapping[str, float]) -> dict[str, float]:
+    """The store after a run: ``stored`` with each test that ``ran`` at its new seconds (rounded to 1 ms)."""
+    return {**stored, **{node: round(seconds, 3) for node, seconds in ran.items()}}
+
+
+class DurationRecorder:
+    """Sums each test's reported seconds (setup, call, teardown) in the process that receives every report (the
+    xdist controller, or the one process of a run without xdist) and stores them at the session's end."""
+
+    def __init__(self, config: pytest.Config) -> None:
+        self.config, self.ran = config, collections.defaultdict(float)
+
+    def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
+        self.ran[report.nodeid] += report.duration
+
+    def pytest_sessionfinish(self) -> None:
+        if self.ran:
+            self.config.cache.set(DURATIONS_KEY, record(stored_durations(self.config), self.ran))
+
+
+DEALT = pytest.StashKey[tuple[int, int]]()
+"""How :class:`DealtWorkStealing` dealt the run: (tests with stored seconds, tests)."""
+
+
+def dealing(known: int, total: int) -> str:
+    """The summary's line on how the run was dealt, ``known`` of its ``total`` tests having stored seconds."""
+    if not known:
+        return "xdist dealing: by count (no stored durations)"
+    return f"xdist dealing: by the stored seconds of {known} of {total} tests (pytest cache {DURATIONS_KEY})"
+
+
+def pytest_terminal_summary(terminalreporter, config: pytest.Config) -> None:
+    if DEALT in config.stash:
+        terminalreporter.write_line(dealing(*config.stash[DEALT]))
 
 
 def _scheduler_class() -> type:
@@ -114,13 +187,16 @@ def _scheduler_class() -> type:
         """xdist's ``WorkStealingScheduling`` with the collection dealt in hands at the start (:func:`hands`, :func:`deal`)."""
 
         def schedule(self) -> None:
-            collections = list(self.node2collection.values())
-            if self.collection is None and collections[0] and all(c == collections[0] for c in collections):
-                self.collection = collections[0]
+            collected = list(self.node2collection.values())
+            if self.collection is None and collected[0] and all(c == collected[0] for c in collected):
+                self.collection = collected[0]
                 from subjects.registry import all_backends
 
                 backends = {member.value for member in all_backends()}
-                queues = deal(hands(self.collection, backends), len(self.nodes))
+                stored = stored_durations(self.config)
+                known = {i: stored[node] for i, node in enumerate(self.collection) if node in stored}
+                queues = deal(hands(self.collection, backends), len(self.nodes), known or None)
+                self.config.stash[DEALT] = len(known), len(self.collection)
                 for node, queue in zip(self.nodes, queues, strict=True):
                     if queue:
                         self.node2pending[node].extend(queue)

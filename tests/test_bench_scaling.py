@@ -10,7 +10,7 @@ from types import SimpleNamespace
 import pytest
 
 from bench import scaling
-from harness import workers
+from harness import scheduling, workers
 
 
 def test_default_worker_counts_double_up_to_auto() -> None:
@@ -50,6 +50,7 @@ def _run(wall: float, outcome: str = "passed", examples: int = 25) -> dict:
         "costliest": [("t::a", 3.5, 2.0)],
         "examples": {"t::a": examples},
         "stats": {"t::a": {"examples": examples, "seconds": 2.0}},
+        "dealt_by": scaling.dealt_by("2 passed\n" + scheduling.dealing(1, 1) + "\n"),
     }
 
 
@@ -71,13 +72,19 @@ def test_rows_compare_with_the_first_run_and_render() -> None:
     report["runs"][-1] |= {"worker_ends_s": [20.0, 22.5, 25.0], "last_tests": [["t::a", "gw3", 15.0, 10.0]]}
     report["baseline"], report["ab"] = "old", [{"property": "t::a", "baseline": 4.0, "this": 12.5, "ratio": 3.12}]
     text = scaling.markdown(report)
-    assert "| 4 | 1 x 4 | 25.0 | 50.0 | 0.5 | 4.0x | 3.0 / 3.0 | 1 / 0 / 0 | yes |" in text
+    assert "| 4 | 1 x 4 | 25.0 | 50.0 | 0.5 | 4.0x | 3.0 / 3.0 | 1 / 0 / 0 | yes | stored seconds (1/1) |" in text
     assert "| auto | 1 x 4 | 20.0 | 40.0 | 0.5 | 5.0x" in text and "| NO |" in text
     assert "| `t::a` | 25 | 2.0 | 12.5 |" in text
     assert "| `t::a` | 4.0 | 12.5 | 3.12x |" in text
     assert "| `t::a` | 3.5 | 2.0 |" in text  # the most CPU: test, CPU s, wall s
     assert "ended 20.0 / 22.5 / 25.0 s (min / median / max)" in text
     assert "- `t::a` (gw3): started at 15.0 s, took 10.0 s" in text
+
+
+def test_the_dealing_cell_reads_the_scheduler_s_line() -> None:
+    assert scaling.short_dealing(scaling.dealt_by(scheduling.dealing(0, 9))) == "count"
+    assert scaling.short_dealing(scaling.dealt_by(scheduling.dealing(812, 1092))) == "stored seconds (812/1092)"
+    assert scaling.dealt_by("1 passed") is None and scaling.short_dealing(None) == "-"
 
 
 def _junit(path: Path, cases: list[tuple[str, float, dict[str, object]]]) -> Path:

@@ -165,6 +165,28 @@ def test_a_property_s_backends_are_dealt_to_one_worker() -> None:
     assert scheduling.deal(dealt, 2) == [[0, 2, 3, 4], [1, 5, 6]]
 
 
+def test_stored_durations_deal_by_time() -> None:
+    """Longest hand first, each to the queue with the fewest seconds; an unknown test counts the median."""
+    dealt = [[0], [1], [2, 3], [4], [5]]
+    seconds = {0: 1.0, 1: 9.0, 2: 3.0, 3: 3.0, 5: 0.5}  # 4 unknown: the median, 3.0
+    assert scheduling.deal(dealt, 2, seconds) == [[0, 1], [2, 3, 4, 5]]  # 10 s and 9.5 s
+    assert scheduling.deal(dealt, 3, seconds) == [[1], [2, 3], [0, 4, 5]]
+    assert scheduling.deal(dealt, 2, {}) == [[0, 1, 2, 3, 4, 5], []]  # nothing known: all weigh 0
+
+
+def test_a_run_stores_each_test_s_seconds_over_the_earlier_runs() -> None:
+    cache: dict[str, object] = {scheduling.DURATIONS_KEY: {"m::a": 2.0, "m::gone": 1.0}}
+    config = SimpleNamespace(
+        cache=SimpleNamespace(get=lambda key, default: cache.get(key, default), set=cache.__setitem__)
+    )
+    recorder = scheduling.DurationRecorder(config)
+    for nodeid, duration in [("m::a", 0.1), ("m::a", 0.5), ("m::b", 0.25), ("m::a", 0.0004)]:
+        recorder.pytest_runtest_logreport(SimpleNamespace(nodeid=nodeid, duration=duration))
+    recorder.pytest_sessionfinish()
+    assert cache[scheduling.DURATIONS_KEY] == {"m::a": 0.6, "m::gone": 1.0, "m::b": 0.25}
+    assert scheduling.stored_durations(SimpleNamespace(cache=None)) == {}
+
+
 class _Item:
     """A stand-in for a pytest item: a name and its ``long`` or ``late`` marker, if any."""
 
