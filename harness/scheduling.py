@@ -151,7 +151,7 @@ def record(stored: Mapping[str, float], ran: Mapping[str, float]) -> dict[str, f
 
 class DurationRecorder:
     """Sums each test's reported seconds (setup, call, teardown) in the process that receives every report (the
-    xdist controller, or the one process of a run without xdist) and stores them at the session's end."""
+    xdist controller, or the one process of a run without xdist) and stores them when the run ends."""
 
     def __init__(self, config: pytest.Config) -> None:
         self.config, self.ran = config, collections.defaultdict(float)
