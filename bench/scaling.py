@@ -41,6 +41,7 @@ import argparse
 import json
 import os
 import platform
+import re
 import resource
 import shutil
 import statistics
@@ -301,10 +302,8 @@ def short_dealing(dealt: str | None) -> str:
     """The table's cell for a row's dealing: ``count``, ``stored seconds (K/N)``, or ``-`` (no xdist scheduler line)."""
     if not dealt:
         return "-"
-    if dealt.startswith("by count"):
-        return "count"
-    words = dealt.split()  # "by the stored seconds of K of N tests ..."
-    return f"stored seconds ({words[5]}/{words[7]})"
+    counts = re.search(r"(\d+) of (\d+) tests", dealt)  # "by the stored seconds of K of N tests ..."
+    return f"stored seconds ({counts[1]}/{counts[2]})" if counts else "count"
 
 
 def markdown(report: dict[str, Any]) -> str:
