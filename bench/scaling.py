@@ -55,6 +55,7 @@ from typing import Any
 
 from harness import checkout
 from harness.hardware import count_gpus_without_init
+from harness.scheduling import DEALING
 from harness.workers import THREAD_VARIABLES, read_records, usable_cores
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -162,10 +163,6 @@ def children_cpu() -> float:
     (a pytest run and its xdist workers)."""
     usage = resource.getrusage(resource.RUSAGE_CHILDREN)
     return usage.ru_utime + usage.ru_stime
-
-
-DEALING = "xdist dealing: "
-"""The start of the summary line on how the scheduler dealt the run (:func:`harness.scheduling.dealing`)."""
 
 
 def dealt_by(stdout: str) -> str | None:

@@ -168,11 +168,15 @@ DEALT = pytest.StashKey[tuple[int, int]]()
 """How :class:`DealtWorkStealing` dealt the run: (tests with stored seconds, tests)."""
 
 
+DEALING = "xdist dealing: "
+"""The start of the summary's line on how the run was dealt (:func:`dealing`; ``bench.scaling`` reads it)."""
+
+
 def dealing(known: int, total: int) -> str:
     """The summary's line on how the run was dealt, ``known`` of its ``total`` tests having stored seconds."""
     if not known:
-        return "xdist dealing: by count (no stored durations)"
-    return f"xdist dealing: by the stored seconds of {known} of {total} tests (pytest cache {DURATIONS_KEY})"
+        return f"{DEALING}by count (no stored durations)"
+    return f"{DEALING}by the stored seconds of {known} of {total} tests (pytest cache {DURATIONS_KEY})"
 
 
 def pytest_terminal_summary(terminalreporter, config: pytest.Config) -> None:
