@@ -10,7 +10,8 @@ workers, user + system) and the host's one-minute load average at its start. The
 Also listed: for the last run, when each process's last test ended (min, median, maximum) and the tests
 that ended last, which show what a many-worker run waits for at its end; the slowest properties' examples
 per second in the first run. Written as ``scaling.md`` and ``scaling.json`` under ``--out``, with each
-run's JUnit XML (``junit-WORKERS.xml``). On a GPU host the kernel properties (markers ``cuda``, ``sm90``,
+run's JUnit XML (``junit-WORKERS.xml``; a count given twice, as in ``--workers auto,auto``, names its second
+run ``WORKERS-2``). On a GPU host the kernel properties (markers ``cuda``, ``sm90``,
 ``sm100``, ``gfx950``) run once first, untimed, so that JIT builds and caches are not charged to the
 first row.
 
@@ -50,6 +51,7 @@ import sys
 import tempfile
 import time
 import xml.etree.ElementTree as ET
+from collections import Counter
 from pathlib import Path
 from typing import Any
 
@@ -178,11 +180,12 @@ def run_once(
     root: Path,
     cache: Path,
     out: Path | None = None,
+    name: str | None = None,
 ) -> dict[str, Any]:
     """One ``pytest -n workers`` run of ``targets`` with pytest's cache in ``cache`` (where the scheduler reads the
     test durations earlier runs stored, and stores this run's: :mod:`harness.scheduling`); wall time, records,
-    outcomes and example counts. With ``out``, its JUnit XML is kept there as ``junit-WORKERS.xml`` (every test's
-    time, CPU, worker and end)."""
+    outcomes and example counts. With ``out``, its JUnit XML is kept there as ``junit-NAME.xml`` (``name``, by
+    default ``workers``; every test's time, CPU, worker and end)."""
     with tempfile.TemporaryDirectory() as tmp:
         results = Path(tmp)
         cmd = [
@@ -202,7 +205,7 @@ def run_once(
         junit = results / "junit.xml"
         if junit.exists() and out is not None:
             out.mkdir(parents=True, exist_ok=True)
-            shutil.copy(junit, out / f"junit-{workers}.xml")
+            shutil.copy(junit, out / f"junit-{name or workers}.xml")
         return {
             "returncode": proc.returncode,
             "tail": proc.stdout[-2000:] if proc.returncode not in (0, 1) else "",
@@ -218,6 +221,17 @@ def run_once(
             "examples": {node: s["examples"] for node, s in stats.items()},
             "stats": stats,
         }
+
+
+def row_names(labels: list[str]) -> list[str]:
+    """Each run's name: its worker count, and ``COUNT-2``, ``COUNT-3``, ... where ``--workers`` repeats a count
+    (``auto,auto`` measures the same count twice, the second run dealt by the first one's durations)."""
+    seen: Counter[str] = Counter()
+    names = []
+    for label in labels:
+        seen[label] += 1
+        names.append(label if seen[label] == 1 else f"{label}-{seen[label]}")
+    return names
 
 
 def row(label: str, run: dict[str, Any], first: dict[str, Any]) -> dict[str, Any]:
@@ -393,20 +407,21 @@ def main(argv: list[str] | None = None) -> int:
         "ab": [],
         "errors": {},
     }
+    names = row_names(labels)
     runs: dict[str, dict[str, Any]] = {}
     cache = args.out.resolve() / "pytest-cache"  # the rows' own pytest cache, empty at the start
     shutil.rmtree(cache, ignore_errors=True)
     # the first count, then the largest first, so that a run cut short still has the widest row
-    for label in [labels[0], *reversed(labels[1:])]:
-        runs[label] = run_once(label, args.targets, args.profile, args.threads, root, cache, args.out)
-        print(f"-n {label}: {runs[label]['wall_s']:.1f} s", file=sys.stderr, flush=True)
-        first = runs[labels[0]]
-        report["runs"] = [row(lb, runs[lb], first) for lb in labels if lb in runs]
+    for i in [0, *reversed(range(1, len(labels)))]:
+        runs[names[i]] = run_once(labels[i], args.targets, args.profile, args.threads, root, cache, args.out, names[i])
+        print(f"-n {labels[i]}: {runs[names[i]]['wall_s']:.1f} s", file=sys.stderr, flush=True)
+        first = runs[names[0]]
+        report["runs"] = [row(name, runs[name], first) for name in names if name in runs]
         report["slowest"] = slowest(first)
-        report["errors"] = {lb: run["tail"] for lb, run in runs.items() if run["tail"]}
+        report["errors"] = {name: run["tail"] for name, run in runs.items() if run["tail"]}
         write(report, args.out)
     if args.baseline_root:
-        nodes = [s["property"] for s in slowest(runs[labels[0]], 4)]
+        nodes = [s["property"] for s in slowest(runs[names[0]], 4)]
         report["ab"] = compare(nodes, args.profile, root, args.baseline_root.resolve())
         write(report, args.out)
     print(markdown(report))

@@ -20,6 +20,12 @@ def test_default_worker_counts_double_up_to_auto() -> None:
     assert scaling.default_workers(1) == ["auto"]
 
 
+def test_a_repeated_worker_count_gets_a_row_of_its_own() -> None:
+    """``--workers auto,auto`` measures the same count twice: two rows (and two JUnit files), not one overwritten."""
+    assert scaling.row_names(["auto", "auto", "2", "auto"]) == ["auto", "auto-2", "2", "auto-3"]
+    assert scaling.row_names(["1", "2", "auto"]) == ["1", "2", "auto"]
+
+
 def test_outcomes_from_junit(tmp_path: Path) -> None:
     junit = tmp_path / "junit.xml"
     junit.write_text(
