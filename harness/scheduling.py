@@ -34,8 +34,12 @@ long tests must not wait behind short ones, nor queue behind each other on one w
   run on that checkout deals by them (:func:`deal`): the hands, longest first, each to the queue with
   the fewest seconds so far (a test the store does not know counts the median of those it knows), so
   that every worker's queue ends at about the same time; a count does not tell a 5 s kernel test on a
-  GPU host from a 50 ms unit test. Each worker still runs its queue in collection order (the ``long``
-  tests first, the ``late`` ones last). A run without stored durations deals by count, as above.
+  GPU host from a 50 ms unit test. Each queue then runs in the order :func:`by_time` gives it: the ``long``
+  tests first, then the queue's tests module by module, the module with the most expected seconds first, and
+  the ``late`` tests last (the store also keeps which tests carry those markers, from their reports'
+  keywords). A long hand thus starts early in its queue instead of waiting at its tail, where a worker that
+  ran dry would steal it last (xdist steals half of a queue's tail by count). A run without stored durations
+  deals by count, and each queue runs in collection order.
 
 Other ``--dist`` modes (``worksteal``, ``loadscope``, ...) are xdist's, unchanged. The order changes
 only when tests run, never what runs nor how it is checked: every property draws its examples from
@@ -47,7 +51,8 @@ from __future__ import annotations
 
 import collections
 import statistics
-from collections.abc import Collection, Mapping
+from collections.abc import Collection, Mapping, Sequence
+from typing import Any
 
 import pytest
 
@@ -136,12 +141,47 @@ def deal(dealt: list[list[int]], workers: int, seconds: Mapping[int, float] | No
 DURATIONS_KEY = "fp4-conformance/durations"
 """pytest cache key of the stored test durations: ``{node id: seconds}``."""
 
+PLACEMENT_KEY = "fp4-conformance/placement"
+"""pytest cache key of the stored tests marked ``long`` or ``late``: ``{node id: "long" | "late"}``."""
+
+PLACEMENTS = ("long", "late")
+"""The markers that place a test in its queue: ``long`` first, ``late`` last."""
+
+
+def by_time(
+    queue: list[int], seconds: Mapping[int, float], modules: Sequence[str], placement: Mapping[int, str]
+) -> list[int]:
+    """``queue`` (indices into the collection, in order) in the order its worker runs it when durations are known.
+
+    First the indices ``placement`` calls ``long``, in order; then the others module by module (``modules[i]`` is
+    index ``i``'s test file), the module with the most expected seconds in this queue first (ties in order), each
+    module's tests in order, so that its module-scoped fixtures are set up once; last those it calls ``late``, in
+    order. ``seconds`` as in :func:`deal` (an index it lacks counts the median). With ``modules`` ``["a", "b",
+    "b"]``, nothing placed and ``{0: 1.0, 1: 2.0, 2: 0.5}``, ``[0, 1, 2]`` becomes ``[1, 2, 0]``."""
+    default = statistics.median(seconds.values()) if seconds else 0.0
+    blocks: dict[str, list[int]] = {}
+    for index in queue:
+        if index not in placement:
+            blocks.setdefault(modules[index], []).append(index)
+    weight = {module: sum(seconds.get(i, default) for i in block) for module, block in blocks.items()}
+    middle = [i for module in sorted(blocks, key=lambda m: -weight[m]) for i in blocks[module]]
+    return [
+        *(i for i in queue if placement.get(i) == "long"),
+        *middle,
+        *(i for i in queue if placement.get(i) == "late"),
+    ]
+
+
+def from_cache(config: pytest.Config, key: str) -> dict[str, Any]:
+    """What earlier runs stored under ``key`` in this checkout's pytest cache; empty without the cache."""
+    cache = getattr(config, "cache", None)
+    value = cache.get(key, {}) if cache is not None else {}
+    return value if isinstance(value, dict) else {}
+
 
 def stored_durations(config: pytest.Config) -> dict[str, float]:
-    """The test durations earlier runs stored in this checkout's pytest cache; empty without the cache."""
-    cache = getattr(config, "cache", None)
-    stored = cache.get(DURATIONS_KEY, {}) if cache is not None else {}
-    return stored if isinstance(stored, dict) else {}
+    """The test durations earlier runs stored (:data:`DURATIONS_KEY`)."""
+    return from_cache(config, DURATIONS_KEY)
 
 
 def record(stored: Mapping[str, float], ran: Mapping[str, float]) -> dict[str, float]:
@@ -149,19 +189,32 @@ def record(stored: Mapping[str, float], ran: Mapping[str, float]) -> dict[str, f
     return {**stored, **{node: round(seconds, 3) for node, seconds in ran.items()}}
 
 
+def record_placement(stored: Mapping[str, str], ran: Collection[str], placed: Mapping[str, str]) -> dict[str, str]:
+    """The placement store after a run: ``stored`` without the tests that ``ran``, plus those of them ``placed``
+    (a test that lost its marker loses its entry)."""
+    return {**{node: p for node, p in stored.items() if node not in ran}, **placed}
+
+
 class DurationRecorder:
     """Sums each test's reported seconds (setup, call, teardown) in the process that receives every report (the
-    xdist controller, or the one process of a run without xdist) and stores them when the run ends."""
+    xdist controller, or the one process of a run without xdist), notes the tests marked ``long`` or ``late``
+    (their reports' keywords hold their markers' names), and stores both when the run ends."""
 
     def __init__(self, config: pytest.Config) -> None:
         self.config, self.ran = config, collections.defaultdict(float)
+        self.placed: dict[str, str] = {}
 
     def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
         self.ran[report.nodeid] += report.duration
+        for marker in PLACEMENTS:
+            if marker in report.keywords:
+                self.placed[report.nodeid] = marker
 
     def pytest_sessionfinish(self) -> None:
         if self.ran:
             self.config.cache.set(DURATIONS_KEY, record(stored_durations(self.config), self.ran))
+            placement = record_placement(from_cache(self.config, PLACEMENT_KEY), self.ran, self.placed)
+            self.config.cache.set(PLACEMENT_KEY, placement)
 
 
 DEALT = pytest.StashKey[tuple[int, int]]()
@@ -197,9 +250,13 @@ def _scheduler_class() -> type:
                 from subjects.registry import all_backends
 
                 backends = {member.value for member in all_backends()}
-                stored = stored_durations(self.config)
-                known = {i: stored[node] for i, node in enumerate(self.collection) if node in stored}
+                durations, placed = stored_durations(self.config), from_cache(self.config, PLACEMENT_KEY)
+                known = {i: durations[node] for i, node in enumerate(self.collection) if node in durations}
                 queues = deal(hands(self.collection, backends), len(self.nodes), known or None)
+                if known:
+                    modules = [node.partition("::")[0] for node in self.collection]
+                    placement = {i: placed[node] for i, node in enumerate(self.collection) if node in placed}
+                    queues = [by_time(queue, known, modules, placement) for queue in queues]
                 self.config.stash[DEALT] = len(known), len(self.collection)
                 for node, queue in zip(self.nodes, queues, strict=True):
                     if queue:

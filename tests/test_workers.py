@@ -174,16 +174,34 @@ def test_stored_durations_deal_by_time() -> None:
     assert scheduling.deal(dealt, 2, {}) == [[0, 1, 2, 3, 4, 5], []]  # nothing known: all weigh 0
 
 
-def test_a_run_stores_each_test_s_seconds_over_the_earlier_runs() -> None:
-    cache: dict[str, object] = {scheduling.DURATIONS_KEY: {"m::a": 2.0, "m::gone": 1.0}}
+def test_a_queue_dealt_by_time_runs_long_first_heavy_modules_next_and_late_last() -> None:
+    """Module by module, the heaviest first (each module's tests together, in order), between the ``long`` and
+    the ``late`` tests; a heavy hand at a queue's tail moves to its front."""
+    modules = ["a.py", "a.py", "b.py", "c.py", "c.py", "b.py", "a.py"]
+    seconds = {0: 9.0, 1: 0.1, 2: 0.2, 3: 3.0, 4: 4.0, 5: 0.1, 6: 5.0}
+    placement = {0: "long", 6: "late"}
+    assert scheduling.by_time([0, 1, 2, 3, 4, 5, 6], seconds, modules, placement) == [0, 3, 4, 2, 5, 1, 6]
+    assert scheduling.by_time([1, 2, 5], seconds, modules, {}) == [2, 5, 1]  # b.py 0.3 s, a.py 0.1 s
+    assert scheduling.by_time([1, 2], {}, modules, {}) == [1, 2]  # nothing known: collection order
+    assert scheduling.by_time([1, 3], {3: 1.0}, modules, {}) == [1, 3]  # 1 unknown: the median, a tie
+
+
+def test_a_run_stores_each_test_s_seconds_and_placement_over_the_earlier_runs() -> None:
+    cache: dict[str, object] = {
+        scheduling.DURATIONS_KEY: {"m::a": 2.0, "m::gone": 1.0},
+        scheduling.PLACEMENT_KEY: {"m::a": "late", "m::gone": "long"},
+    }
     config = SimpleNamespace(
         cache=SimpleNamespace(get=lambda key, default: cache.get(key, default), set=cache.__setitem__)
     )
     recorder = scheduling.DurationRecorder(config)
-    for nodeid, duration in [("m::a", 0.1), ("m::a", 0.5), ("m::b", 0.25), ("m::a", 0.0004)]:
-        recorder.pytest_runtest_logreport(SimpleNamespace(nodeid=nodeid, duration=duration))
+    reports = [("m::a", 0.1, {}), ("m::a", 0.5, {}), ("m::b", 0.25, {"long": 1}), ("m::a", 0.0004, {})]
+    for nodeid, duration, keywords in reports:
+        recorder.pytest_runtest_logreport(SimpleNamespace(nodeid=nodeid, duration=duration, keywords=keywords))
     recorder.pytest_sessionfinish()
     assert cache[scheduling.DURATIONS_KEY] == {"m::a": 0.6, "m::gone": 1.0, "m::b": 0.25}
+    # m::a ran without its marker: its entry goes; m::gone did not run: its entry stays
+    assert cache[scheduling.PLACEMENT_KEY] == {"m::gone": "long", "m::b": "long"}
     assert scheduling.stored_durations(SimpleNamespace(cache=None)) == {}
 
 
