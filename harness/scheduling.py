@@ -51,7 +51,7 @@ from __future__ import annotations
 
 import collections
 import statistics
-from collections.abc import Collection, Mapping, Sequence
+from collections.abc import Collection, Iterable, Mapping, Sequence
 from typing import Any
 
 import pytest
@@ -115,6 +115,13 @@ def hands(nodeids: list[str], backends: Collection[str]) -> list[list[int]]:
     return out
 
 
+def total_seconds(indices: Iterable[int], seconds: Mapping[int, float]) -> float:
+    """The expected seconds of the tests ``indices``: each its ``seconds``, or the median of ``seconds`` where it
+    has none (0 when it is empty)."""
+    default = statistics.median(seconds.values()) if seconds else 0.0
+    return sum(seconds.get(index, default) for index in indices)
+
+
 def deal(dealt: list[list[int]], workers: int, seconds: Mapping[int, float] | None = None) -> list[list[int]]:
     """Deal the hands ``dealt`` over ``workers`` queues; each queue in index order.
 
@@ -128,8 +135,7 @@ def deal(dealt: list[list[int]], workers: int, seconds: Mapping[int, float] | No
         for hand in dealt:
             min(queues, key=len).extend(hand)
         return queues
-    default = statistics.median(seconds.values()) if seconds else 0.0
-    weight = [sum(seconds.get(index, default) for index in hand) for hand in dealt]
+    weight = [total_seconds(hand, seconds) for hand in dealt]
     load = [0.0] * workers
     for h in sorted(range(len(dealt)), key=lambda h: -weight[h]):
         queue = min(range(workers), key=load.__getitem__)
@@ -158,12 +164,11 @@ def by_time(
     module's tests in order, so that its module-scoped fixtures are set up once; last those it calls ``late``, in
     order. ``seconds`` as in :func:`deal` (an index it lacks counts the median). With ``modules`` ``["a", "b",
     "b"]``, nothing placed and ``{0: 1.0, 1: 2.0, 2: 0.5}``, ``[0, 1, 2]`` becomes ``[1, 2, 0]``."""
-    default = statistics.median(seconds.values()) if seconds else 0.0
     blocks: dict[str, list[int]] = {}
     for index in queue:
         if index not in placement:
             blocks.setdefault(modules[index], []).append(index)
-    weight = {module: sum(seconds.get(i, default) for i in block) for module, block in blocks.items()}
+    weight = {module: total_seconds(block, seconds) for module, block in blocks.items()}
     middle = [i for module in sorted(blocks, key=lambda m: -weight[m]) for i in blocks[module]]
     return [
         *(i for i in queue if placement.get(i) == "long"),
@@ -206,9 +211,9 @@ class DurationRecorder:
 
     def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
         self.ran[report.nodeid] += report.duration
-        for marker in PLACEMENTS:
-            if marker in report.keywords:
-                self.placed[report.nodeid] = marker
+        marker = next((m for m in PLACEMENTS if m in report.keywords), None)  # long wins, as in long_first
+        if marker is not None:
+            self.placed[report.nodeid] = marker
 
     def pytest_sessionfinish(self) -> None:
         if self.ran:
