@@ -17,6 +17,7 @@ format and kernel library the weights are for (its record: :mod:`backends`).
 from __future__ import annotations
 
 import enum
+import math
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from typing import Protocol, runtime_checkable
@@ -224,23 +225,24 @@ def _fc1_dim(name: str) -> int:
     return -1 if name == "w13_bias" else -2
 
 
+_WORDS = {8: torch.int64, 4: torch.int32, 2: torch.int16}
+"""The word dtypes of :func:`byte_words` by their size in bytes."""
+
+
+def _word_size(t: torch.Tensor) -> int:
+    """The largest of 8, 4 and 2 that divides ``t``'s last dimension (of stride 1), its other strides and its
+    storage offset, for a uint8 or int8 ``t`` of at least one dimension; 1 when none does or ``t`` is another."""
+    if t.dtype not in (torch.uint8, torch.int8) or t.dim() == 0 or t.stride(-1) != 1:
+        return 1
+    return math.gcd(8, t.shape[-1], t.storage_offset(), *t.stride()[:-1])
+
+
 def byte_words(*ts: torch.Tensor) -> tuple[torch.Tensor, ...]:
     """``ts`` (uint8 or int8, where equal values are equal bytes) viewed as the widest of int64, int32 and int16
     that divides every one's last dimension (of stride 1), other strides and storage offset: the same bytes, fewer
     elements (``torch.equal`` on words is several times faster on CPU than on bytes); ``ts`` themselves otherwise."""
-    for dtype in (torch.int64, torch.int32, torch.int16):
-        size = dtype.itemsize
-        if all(
-            t.dtype in (torch.uint8, torch.int8)
-            and t.dim() > 0
-            and t.stride(-1) == 1
-            and t.shape[-1] % size == 0
-            and t.storage_offset() % size == 0
-            and all(s % size == 0 for s in t.stride()[:-1])
-            for t in ts
-        ):
-            return tuple(t.view(dtype) for t in ts)
-    return ts
+    dtype = _WORDS.get(min(map(_word_size, ts)))
+    return ts if dtype is None else tuple(t.view(dtype) for t in ts)
 
 
 def _leads(src: torch.Tensor, dst: torch.Tensor) -> bool:

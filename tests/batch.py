@@ -49,11 +49,16 @@ ROOT = Path(__file__).resolve().parent.parent
 
 @dataclass(frozen=True)
 class Run:
-    """One ``python -m pytest ARGS`` from ``cwd`` with environment ``env`` (the whole environment)."""
+    """One ``python -m pytest ARGS`` from ``cwd`` with environment ``env`` (the whole environment).
+
+    ``waits``: the run spends most of its time waiting (a hang run into a time limit, a test that sleeps), so
+    :func:`run_all` starts it at once beside the batch's other runs instead of queueing it among them: a queued
+    waiting run leaves its core idle while the batch's test holds its xdist worker."""
 
     args: Sequence[str]
     cwd: Path = ROOT
     env: Mapping[str, str] = field(default_factory=dict)
+    waits: bool = False
 
 
 @dataclass(frozen=True)
@@ -163,20 +168,24 @@ def _request(path: Path, entry: dict, deadline: float) -> float:
 
 
 def run_all(runs: Mapping[str, Run], folder: Path, timeout: float = 1800, parts: int = 1) -> dict[str, Ran]:
-    """Run ``runs`` in processes forked by this process's run server, ``parts`` at a time; ``{name: Ran}``.
-    ``folder`` holds each run's outputs; their CPU seconds count in the calling test
+    """Run ``runs`` in processes forked by this process's run server, ``parts`` at a time, and those that
+    :attr:`Run.waits` all at once beside them; ``{name: Ran}``. ``folder`` holds each run's outputs; their CPU seconds count in the calling test
     (:func:`harness.workers.charge`). A run whose process ended without an exit status (killed at the batch's
     ``timeout``, or crashed outside pytest) has ``returncode`` -1."""
     from harness.workers import charge
 
     folder.mkdir(parents=True, exist_ok=True)
-    entries = [
-        {"args": list(r.args), "cwd": str(r.cwd), "env": dict(r.env), "out": str(folder / name)}
+    entries = {
+        name: {"args": list(r.args), "cwd": str(r.cwd), "env": dict(r.env), "out": str(folder / name)}
         for name, r in runs.items()
-    ]
+    }
+    waiting = [entries[name] for name, r in runs.items() if r.waits]
+    queued = [entries[name] for name, r in runs.items() if not r.waits]
     path, deadline = server(), time.monotonic() + timeout  # one bound for the whole batch
-    with ThreadPoolExecutor(parts) as pool:
-        charge(sum(pool.map(lambda entry: _request(path, entry, deadline), entries)))
+    with ThreadPoolExecutor(max(1, len(waiting))) as beside, ThreadPoolExecutor(parts) as pool:
+        started = [beside.submit(_request, path, entry, deadline) for entry in waiting]
+        cpu = sum(pool.map(lambda entry: _request(path, entry, deadline), queued))
+        charge(cpu + sum(f.result() for f in started))
     results = {}
     for name in runs:
         out = folder / name

@@ -47,3 +47,24 @@ def test_a_split_batch_keeps_each_runs_result(tmp_path: Path) -> None:
     assert {name: ran.returncode for name, ran in results.items()} == {"passes": 0, "fails": 1, "exits": -1, "usage": 4}
     assert "1 passed" in results["passes"].stdout and "1 failed" in results["fails"].stdout
     assert "no exit status" in results["exits"].stderr
+
+
+def test_a_waiting_run_goes_beside_the_queue(tmp_path: Path) -> None:
+    """A run that :attr:`~tests.batch.Run.waits` starts while the queue's one driver is busy: the queued run waits
+    for a file only the waiting run (named after it) writes, which it would never see if the waiting run were
+    queued behind it."""
+    flag = tmp_path / "flag"
+    bodies = {
+        "queued": f"import pathlib, time\n    deadline = time.monotonic() + 60\n    while not pathlib.Path({str(flag)!r}).exists():\n"
+        "        assert time.monotonic() < deadline, 'the waiting run did not start beside the queue'\n"
+        "        time.sleep(0.05)",
+        "waiting": f"import pathlib\n    pathlib.Path({str(flag)!r}).write_text('')",
+    }
+    runs = {}
+    for name, body in bodies.items():
+        (tmp_path / f"test_{name}.py").write_text(f"def test_{name}():\n    {body}\n")
+        args = [str(tmp_path / f"test_{name}.py"), "-p", "no:cacheprovider", "-p", "no:xdist", "-q"]
+        runs[name] = batch.Run([*args, "--results", str(tmp_path / name)], cwd=tmp_path, env=batch.suite_env(),
+                               waits=name == "waiting")  # fmt: skip
+    results = batch.run_all(runs, tmp_path / "out", parts=1)
+    assert {name: ran.returncode for name, ran in results.items()} == {"queued": 0, "waiting": 0}, results

@@ -47,7 +47,7 @@ def make_runs(folder: Path) -> dict[str, batch.Run]:
     runs["slow"] = batch.Run(
         [str(slow / "test_slow.py"), "-p", "harness.plugin", "-p", "no:cacheprovider", "-n", "1", "--fp4-progress",
          "1", "--results", str(slow / "results"), "--rootdir", str(slow)],
-        cwd=slow, env=batch.with_path(batch.suite_env(), ROOT),
+        cwd=slow, env=batch.with_path(batch.suite_env(), ROOT), waits=True,
     )  # fmt: skip
     return runs
 

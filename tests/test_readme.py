@@ -5,7 +5,8 @@
 * Its worked verdict is what the command above it prints: the pasted reproduction line and summary row.
 * Its external-subject example runs as written: the ``<!-- readme-test: my_fp4_engine.py -->`` block is
   saved as that module in a folder of its own, and the ``<!-- readme-test: command -->`` block runs from the
-  checkout with ``$HOME/my-engine`` naming that folder and this interpreter for ``.venv/bin/python``; every
+  checkout with ``$HOME/my-engine`` naming that folder (as the run it is, ``python -m pytest`` with its
+  environment, in a process forked from the self-tests' pre-imported server, :mod:`tests.batch`); every
   selected property passes. The same module padding gated layers to 16 instead of 64 fails
   ``test_backend_accepts`` the way the worked verdict shows, so the example's command can tell.
 * The options its table and ``docs/running.md`` name are registered ones, and ``docs/running.md`` names every
@@ -17,8 +18,6 @@ from __future__ import annotations
 import os
 import re
 import shlex
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -57,20 +56,24 @@ def commands(block: str) -> list[str]:
     return [" ".join(line.split("#")[0].split()) for line in joined.splitlines() if line.split("#")[0].strip()]
 
 
-def run_shell(
-    command: str, tmp_path: Path, env: dict[str, str] | None = None, timeout: int = 600
-) -> subprocess.CompletedProcess[str]:
-    """``command`` in bash from the checkout, ``ci`` profile unless it names one, with this interpreter for
-    ``.venv/bin/python``, its results under ``tmp_path`` and no GPU (the README shows the CPU machine's output)."""
-    env = {**os.environ, "FP4_PROFILE": "ci", **batch.CPU_ONLY, **(env or {})}
-    env.pop("PYTEST_XDIST_WORKER", None)
-    command = command.replace(".venv/bin/python", shlex.quote(sys.executable))
-    command += f" -p no:cacheprovider --results {shlex.quote(str(tmp_path / 'results'))}"
-    return subprocess.run(["bash", "-c", command], cwd=ROOT, env=env, capture_output=True, text=True, timeout=timeout)
+def as_run(command: str, tmp_path: Path, env: dict[str, str] | None = None) -> batch.Run:
+    """``command`` (``[NAME=VALUE ...] .venv/bin/python -m pytest ARGS``, as the README writes its commands) as the
+    run it is (:mod:`tests.batch`): from the checkout, its ``NAME=VALUE`` words in its environment, ``ci`` profile
+    unless it names one, its results under ``tmp_path`` and no GPU (the README shows the CPU machine's output).
+    A command of another form fails the test: the README's commands stay ones this reads exactly."""
+    words = shlex.split(command)
+    assigned = {}
+    while words and re.fullmatch(r"[A-Z_][A-Z0-9_]*=.*", words[0]):
+        name, _, value = words.pop(0).partition("=")
+        assigned[name] = value
+    assert words[:3] == [".venv/bin/python", "-m", "pytest"], f"not a `python -m pytest` command: {command}"
+    args = [*words[3:], "-p", "no:cacheprovider", "--results", str(tmp_path / "results")]
+    return batch.Run(args, env=batch.suite_env(**batch.CPU_ONLY, **(env or {}), **assigned))
 
 
 def engine_path(folder: Path) -> str:
-    """The README's ``PYTHONPATH=$HOME/my-engine`` for ``folder``, keeping how this interpreter finds its libraries."""
+    """The README's ``PYTHONPATH=$HOME/my-engine`` for ``folder``, keeping how this interpreter finds its libraries
+    (shell-quoted: it replaces a word of the command)."""
     return shlex.quote(os.pathsep.join(filter(None, [str(folder), os.environ.get("PYTHONPATH")])))
 
 
@@ -96,7 +99,8 @@ def test_worked_verdict_is_what_its_command_prints(tmp_path: Path) -> None:
     text = section("Reading a verdict")
     (command,) = commands(_FENCE.search(text).group(1))
     pasted = _FENCE.findall(text)[1]
-    result = run_shell(command, tmp_path, env={"FP4_DB": str(tmp_path / "db")})  # triage keeps a database
+    triage = {"FP4_DB": str(tmp_path / "db")}  # the triage profile keeps a database
+    result = batch.run(as_run(command, tmp_path, env=triage), tmp_path / "run")
     assert result.returncode == 1, result.stdout[-3000:]
     # the line starts with the interpreter that ran the suite (harness.repro.shell_command): compare the rest
     marker = " -m harness.repro "
@@ -125,12 +129,18 @@ def test_external_subject_example_runs_as_written(tmp_path: Path) -> None:
     assert pad16 != source
     (bad / "my_fp4_engine.py").write_text(pad16, encoding="utf-8")
 
-    result = run_shell(command.replace("$HOME/my-engine", engine_path(good)), good)
+    ran = batch.run_all(
+        {
+            "good": as_run(command.replace("$HOME/my-engine", engine_path(good)), good),
+            "bad": as_run(command.replace("$HOME/my-engine", engine_path(bad)) + " -k backend_accepts", bad),
+        },
+        tmp_path / "runs",
+    )
+    result, broken = ran["good"], ran["bad"]
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-2000:]
     assert re.search(r"\b5 passed\b", result.stdout), result.stdout[-3000:]
     assert "failed" not in result.stdout.splitlines()[-1]
 
-    broken = run_shell(command.replace("$HOME/my-engine", engine_path(bad)) + " -k backend_accepts", bad)
     assert broken.returncode == 1, broken.stdout[-3000:]
     assert "flashinfer-trtllm rejects Ip=" in broken.stdout
     assert "input_tensor.shape[0]=" in broken.stdout and "must be a multiple of 128" in broken.stdout

@@ -186,12 +186,13 @@ def make_runs(folder: Path) -> dict[str, batch.Run]:
     (engine / "fp4_broken.py").write_text("raise RuntimeError('engine extension failed to initialise')\n")
     runs: dict[str, batch.Run] = {}
 
-    def add(name: str, *args: str, probes: bool = True, env: dict[str, str] | None = None) -> None:
+    def add(name: str, *args: str, probes: bool = True, env: dict[str, str] | None = None, waits: bool = False) -> None:
         results = [] if any(a.startswith("--results") for a in args) else ["--results", str(folder / name / "results")]
         full_env = batch.suite_env(**(env or {}))
         runs[name] = batch.Run(
             ["-p", "no:cacheprovider", "-q", *results, *args],
             env=batch.with_path(full_env, engine) if probes else full_env,
+            waits=waits,
         )
 
     for probe in ("documented", "upstream_copy", "import_error", "other_message", "adapter_bug"):
@@ -211,10 +212,10 @@ def make_runs(folder: Path) -> dict[str, batch.Run]:
         add(f"bad-{case}", SHARED, *args, env=env)
     for case, workers in (("no-xdist", []), ("xdist", ["-n", "1"])):
         add(f"hangs-{case}", NVFP4, *CUTLASS_PADDING, *workers, "--subject", "fp4_probes:hangs",
-            "--example-time-limit", "2")  # fmt: skip
+            "--example-time-limit", "2", waits=True)  # fmt: skip
     # no replacement worker after the crash (xdist would start one, about 5 CPU s, for no test left)
     add("stuck", NVFP4, *CUTLASS_PADDING, "-n", "1", "--max-worker-restart", "0", "--subject", "fp4_probes:stuck",
-        "--example-time-limit", "1")  # fmt: skip
+        "--example-time-limit", "1", waits=True)  # fmt: skip
     # JUnit and scripts: a stale script of this subject, and another subject's, before the run
     stale = folder / "junit" / "results" / "repro"
     (stale / "fp4_probes_end_padding").mkdir(parents=True)
