@@ -4,7 +4,8 @@ pytest loads the suite's plugins through its ``pytest11`` entry points (``pyproj
 modules so that the root ``conftest.py``'s ``pytest_plugins`` finds them registered in a checkout; the
 properties run with ``--pyargs conformance``; an external subject imports from the caller's folder, and its
 reproduction line runs as pasted from there. Here the copy is installed with ``--target`` into a folder
-that stands in for ``site-packages`` (``PYTHONPATH`` names it, the checkout is not on ``sys.path``);
+that stands in for ``site-packages`` (``PYTHONPATH`` names it, the checkout is not on ``sys.path``), its pytest runs
+go through :mod:`tests.batch` and the pasted reproduction runs in a shell;
 ``scripts/check-installed.sh`` does the same in a fresh venv, with every property.
 """
 
@@ -21,6 +22,7 @@ from pathlib import Path
 import pytest
 
 from harness.checkout import ROOT, project_files
+from tests import batch
 
 BAD_SUBJECT = "bad-fse-after-replicate"  # a known-bad shared-expert subject: its properties run in seconds
 
@@ -53,6 +55,13 @@ def _version(site: Path) -> str:
     return info.name.removeprefix("fp4_conformance-").removesuffix(".dist-info")
 
 
+def _pytest(args: list[str], cwd: Path, site: Path, out: Path) -> batch.Ran:
+    """``python -m pytest ARGS`` from ``cwd`` with the copy in ``site`` on ``PYTHONPATH``, as a run of
+    :mod:`tests.batch` (the suite's modules are imported afresh, from where ``sys.path`` finds them), outputs in
+    ``out``."""
+    return batch.run(batch.Run(args, cwd=cwd, env=batch.suite_env(PYTHONPATH=str(site))), out)
+
+
 def _run(command: list[str] | str, cwd: Path, site: Path) -> subprocess.CompletedProcess[str]:
     env = {**os.environ, "PYTHONPATH": str(site), "FP4_PROFILE": "ci"}
     env.pop("PYTEST_XDIST_WORKER", None)
@@ -69,7 +78,7 @@ def test_an_installed_copy_runs_an_external_subject_and_its_reproduction_from_an
     )
     assert imported.stdout.strip() == str(installed / "harness" / "plugin.py"), imported.stderr
     pytest_args = ["--pyargs", "conformance.test_shared_expert", "-p", "no:cacheprovider", "--strict-markers"]
-    ran = _run([sys.executable, "-m", "pytest", *pytest_args, "--subject", "my_subject:SUBJECT"], tmp_path, installed)
+    ran = _pytest([*pytest_args, "--subject", "my_subject:SUBJECT"], tmp_path, installed, tmp_path / "run")
     assert ran.returncode == 1, ran.stdout[-3000:] + ran.stderr[-2000:]
     assert f"fp4-conformance-{_version(installed)}" in ran.stdout  # the plugins came from the entry points
     run = json.loads((tmp_path / "results" / "run.json").read_text())  # the results folder is the caller's
@@ -88,7 +97,7 @@ def test_a_checkout_with_the_entry_points_installed_registers_each_plugin_once(i
     editable install), and the root conftest.py's ``pytest_plugins`` skips the names already registered."""
     args = ["conformance/test_shared_expert.py", "--collect-only", "-p", "no:cacheprovider"]
     args += ["--results", str(tmp_path / "results")]
-    ran = _run([sys.executable, "-m", "pytest", *args], ROOT, installed)
+    ran = _pytest(args, ROOT, installed, tmp_path / "run")
     assert ran.returncode == 0, ran.stdout[-3000:] + ran.stderr[-2000:]
     assert f"fp4-conformance-{_version(installed)}" in ran.stdout
 
