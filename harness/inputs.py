@@ -170,11 +170,11 @@ def _named(method: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str, 
 
 
 def _second_seed(label: str, before: dict[str, _Snapshot]) -> int:
-    """The seed of the second call: a function of the method, the inputs' bytes (their first MiB each) and
+    """The seed of the second call: a function of the method, the inputs' bytes (the first 64 KiB of each) and
     the ``random`` state, so it changes from example to example and a reproduction draws the same one."""
     crc = zlib.crc32(label.encode())
     for path, s in before.items():
-        crc = zlib.crc32(s.data.view(torch.uint8)[: 1 << 20].cpu().numpy(), zlib.crc32(path.encode(), crc))
+        crc = zlib.crc32(s.data.view(torch.uint8)[: 1 << 16].cpu().numpy(), zlib.crc32(path.encode(), crc))
     return zlib.crc32(repr(random.getstate()).encode(), crc)  # not hash(): hash(None) varies by process before 3.12
 
 
