@@ -15,8 +15,9 @@ Each run gets what its own process would get: its own process (a crash or ``os._
 environment, its working folder, ``sys.path`` as ``python -m`` builds it (the working folder, then
 ``PYTHONPATH``), file descriptors 1 and 2 redirected to its own files, and fresh imports of everything but
 the server's packages (the suite's own modules, probe subjects and test modules are imported by the run, as
-in a new interpreter). A run that starts xdist workers (``-n 1``) starts them as its own process would,
-with its environment. The server is a child of the process that started it, which stops and waits for it
+in a new interpreter). A run that starts xdist workers (``-n 1``) has them forked by the server too
+(:func:`_fork_xdist_workers`): execnet gets the same pipes to a worker that has the run's environment, folder and
+``sys.path`` of ``python -c``, without the start-up of an interpreter that imports torch. The server is a child of the process that started it, which stops and waits for it
 at the end of its session (``tests/conftest.py``), so the server's CPU time counts in the pytest run's
 (``bench.scaling``), and each run's CPU seconds count in the test that asked for it
 (:func:`harness.workers.charge`).
@@ -24,6 +25,7 @@ at the end of its session (``tests/conftest.py``), so the server's CPU time coun
 
 from __future__ import annotations
 
+import atexit
 import gc
 import json
 import os
@@ -40,7 +42,7 @@ from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import NoReturn
+from typing import Any, NoReturn
 
 import pytest
 
@@ -236,16 +238,62 @@ def _cpu() -> float:
     return own.ru_utime + own.ru_stime + children.ru_utime + children.ru_stime
 
 
+_WORKER_STUB = """\
+import json, os, socket, sys
+s = socket.socket(socket.AF_UNIX)
+s.connect(sys.argv[1])
+entry = {"bootstrap": sys.argv[2], "cwd": os.getcwd(), "env": dict(os.environ)}
+socket.send_fds(s, [json.dumps(entry).encode() + b"\\n"], [0, 1, 2])
+os.close(0)
+os.close(1)
+reported = b""
+while chunk := s.recv(1 << 16):
+    reported += chunk
+with open(sys.argv[3], "ab") as cpu:
+    cpu.write(reported)
+"""
+"""What a run starts for an xdist worker (``python -S -c STUB SOCKET BOOTSTRAP CPU_FILE``, no site packages): it hands
+its standard streams (execnet's pipes), folder and environment to the run server, which forks the worker from its
+pre-imported process (:func:`_worker`), waits until the worker has ended (its end closes the socket) and appends the
+CPU seconds the worker reported to ``CPU_FILE``."""
+
+
+def _fork_xdist_workers(socket_path: str, cpu_file: Path) -> None:
+    """Have this run's xdist workers forked by the run server at ``socket_path`` instead of started as new
+    interpreters (about 1.4 CPU s each on the 2-core machine): execnet starts :data:`_WORKER_STUB` in their place,
+    with the same pipes, folder and environment; their CPU seconds are appended to ``cpu_file``. A worker spec that
+    names an interpreter is started as named."""
+    try:
+        from execnet import gateway_io
+    except ImportError:  # no xdist here: nothing to start
+        return
+    started = gateway_io.popen_args
+
+    def popen_args(spec: Any) -> list[str]:  # execnet's XSpec
+        if spec.python:
+            return started(spec)
+        return [sys.executable, "-S", "-c", _WORKER_STUB, socket_path, gateway_io.popen_bootstrapline, str(cpu_file)]
+
+    gateway_io.popen_args = popen_args
+
+
+def _enter(env: dict[str, str], cwd: str, first: str, base_path: list[str]) -> None:
+    """This forked process takes ``env``, the folder ``cwd`` and ``sys.path`` as ``python -m`` (``first``: the
+    folder) or ``python -c`` (``first``: ``""``) builds it, and imports anew everything but the server's packages."""
+    sys.modules.pop("tests", None)  # the server's own package: a run from another folder imports that folder's
+    os.environ.clear()
+    os.environ.update(env)
+    extra = [p for p in env.get("PYTHONPATH", "").split(os.pathsep) if p]
+    sys.path[:] = [first, *extra, *base_path]
+    os.chdir(cwd)
+
+
 def _run(entry: dict, base_path: list[str]) -> int:
     """Run ``entry`` in this (forked) process as ``python -m pytest ARGS`` from its folder; its exit status."""
     out = Path(entry["out"])
     out.mkdir(parents=True, exist_ok=True)
-    sys.modules.pop("tests", None)  # the server's own package: a run from another folder imports that folder's
-    os.environ.clear()
-    os.environ.update(entry["env"])
-    extra = [p for p in entry["env"].get("PYTHONPATH", "").split(os.pathsep) if p]
-    sys.path[:] = [entry["cwd"], *extra, *base_path]
-    os.chdir(entry["cwd"])
+    _enter(entry["env"], entry["cwd"], entry["cwd"], base_path)
+    _fork_xdist_workers(entry["socket"], out / WORKERS_CPU)
     with open(out / "stdout", "wb") as stdout, open(out / "stderr", "wb") as stderr:
         os.dup2(stdout.fileno(), 1)
         os.dup2(stderr.fileno(), 2)
@@ -261,17 +309,55 @@ def _run(entry: dict, base_path: list[str]) -> int:
             sys.stderr.flush()
 
 
+WORKERS_CPU = "workers-cpu"
+"""A run's file of its forked xdist workers' CPU seconds, one line each (:data:`_WORKER_STUB`)."""
+
+
 def _child(conn: socket.socket, entry: dict, base_path: list[str]) -> NoReturn:
-    """A forked run: its pid to the client (to be killed at the deadline), the run, its files, its CPU seconds."""
+    """A forked run: its pid to the client (to be killed at the deadline), the run, its files, its CPU seconds
+    (its forked xdist workers' included)."""
     try:
         conn.sendall(f"{os.getpid()}\n".encode())
         start = time.perf_counter()
         code = _run(entry, base_path)
-        cpu = _cpu()
+        workers = Path(entry["out"]) / WORKERS_CPU
+        cpu = _cpu() + (sum(map(float, workers.read_text().split())) if workers.exists() else 0.0)
         (Path(entry["out"]) / "cpu").write_text(f"{cpu:.2f} {time.perf_counter() - start:.2f}")
         (Path(entry["out"]) / "returncode").write_text(str(code))
         conn.sendall(f"{cpu:.3f}\n".encode())
     finally:
+        os._exit(0)
+
+
+def _worker(conn: socket.socket, entry: dict, fds: list[int], base_path: list[str]) -> NoReturn:
+    """A forked xdist worker: the stub's standard streams as its own, its folder, environment and ``sys.path`` (of
+    ``python -c``), then execnet's bootstrap line, as ``python -u -c BOOTSTRAP`` would run it. Its CPU seconds go to
+    the stub when it ends, by its exit handlers (:func:`harness.workers.end_worker` runs them) or here."""
+    reported = []
+
+    def report() -> None:
+        if not reported:
+            reported.append(True)
+            conn.sendall(f"{_cpu():.3f}\n".encode())
+
+    atexit.register(report)
+    try:
+        for target, fd in enumerate(fds):
+            os.dup2(fd, target)
+            os.close(fd)
+        _enter(entry["env"], entry["cwd"], "", base_path)
+        sys.argv = ["-c"]
+        sys.stdin = open(0, closefd=False)  # noqa: SIM115 - the process's own stream, for its life
+        sys.stdout = open(1, "w", buffering=1, closefd=False)  # noqa: SIM115
+        sys.stderr = open(2, "w", buffering=1, closefd=False)  # noqa: SIM115
+        exec(entry["bootstrap"], {"__name__": "__main__"})  # execnet's own bootstrap line
+    except BaseException:  # noqa: BLE001 - the worker's end, as in its own process
+        traceback.print_exc()
+    finally:
+        sys.stdout.flush()
+        sys.stderr.flush()
+        report()
+        conn.close()
         os._exit(0)
 
 
@@ -312,15 +398,25 @@ def main(argv: list[str] | None = None) -> int:
                 break
             continue
         conn.settimeout(None)
-        entry = json.loads(conn.makefile("r").readline() or "null")
+        data, fds, _, _ = socket.recv_fds(conn, 1 << 16, 3)
+        while data and not data.endswith(b"\n"):
+            more = conn.recv(1 << 16)
+            if not more:
+                break
+            data += more
+        entry = json.loads(data or b"null")
         if entry is None:
             conn.close()
             break
         pid = os.fork()
         if pid == 0:
             listener.close()
-            _child(conn, entry, base_path)
+            if fds:
+                _worker(conn, entry, fds, base_path)
+            _child(conn, {**entry, "socket": path}, base_path)
         children.add(pid)
+        for fd in fds:  # the worker's pipes: only it holds them, so its end closes them
+            os.close(fd)
         conn.close()
     listener.close()
     os.unlink(path)

@@ -68,3 +68,20 @@ def test_a_waiting_run_goes_beside_the_queue(tmp_path: Path) -> None:
                                waits=name == "waiting")  # fmt: skip
     results = batch.run_all(runs, tmp_path / "out", parts=1)
     assert {name: ran.returncode for name, ran in results.items()} == {"queued": 0, "waiting": 0}, results
+
+
+def test_a_runs_xdist_worker_is_forked_by_the_server(tmp_path: Path) -> None:
+    """``-n 1`` in a run: the worker's parent is the run server (``python -m tests.batch``), the worker has the run's
+    environment and folder, its test passes, and its CPU seconds are in the run's ``workers-cpu`` file."""
+    (tmp_path / "test_forked.py").write_text(
+        "import os, pathlib\n\n\ndef test_forked():\n"
+        "    parent = pathlib.Path(f'/proc/{os.getppid()}/cmdline').read_bytes().split(b'\\0')\n"
+        "    assert b'tests.batch' in parent, parent\n"
+        "    assert os.environ['FP4_BATCH_PROBE'] == 'seen' and pathlib.Path.cwd() == pathlib.Path(__file__).parent\n"
+    )
+    args = [str(tmp_path / "test_forked.py"), "-p", "no:cacheprovider", "-q", "-n", "1"]
+    run = batch.Run([*args, "--results", str(tmp_path / "results")], cwd=tmp_path,
+                    env=batch.suite_env(FP4_BATCH_PROBE="seen"))  # fmt: skip
+    result = batch.run(run, tmp_path / "out")
+    assert result.returncode == 0 and "1 passed" in result.stdout, result.stdout[-3000:] + result.stderr[-3000:]
+    assert len((tmp_path / "out" / "run" / batch.WORKERS_CPU).read_text().split()) == 1
