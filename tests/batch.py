@@ -172,8 +172,9 @@ def _request(path: Path, entry: dict, deadline: float) -> float:
 def run_all(runs: Mapping[str, Run], folder: Path, timeout: float = 1800, parts: int = 1) -> dict[str, Ran]:
     """Run ``runs`` in processes forked by this process's run server, ``parts`` at a time, and those that
     :attr:`Run.waits` all at once beside them; ``{name: Ran}``. ``folder`` holds each run's outputs; their CPU seconds count in the calling test
-    (:func:`harness.workers.charge`). A run whose process ended without an exit status (killed at the batch's
-    ``timeout``, or crashed outside pytest) has ``returncode`` -1."""
+    (:func:`harness.workers.charge`). A run whose process ended outside pytest (``os._exit``, a signal, killed at the
+    batch's ``timeout``) has its process's exit status as ``subprocess`` gives it (``-N`` for signal N), or -1 if
+    the server recorded none."""
     from harness.workers import charge
 
     folder.mkdir(parents=True, exist_ok=True)
@@ -195,13 +196,28 @@ def run_all(runs: Mapping[str, Run], folder: Path, timeout: float = 1800, parts:
             (out / f).read_text(errors="replace") if (out / f).exists() else "" for f in ("stdout", "stderr")
         )
         status = out / "returncode"
-        if not status.exists():
-            results[name] = Ran(
-                -1, stdout[-3000:], f"no exit status: the run's process ended without one\n{stderr[-3000:]}"
-            )
+        if status.exists():
+            results[name] = Ran(int(status.read_text()), stdout, stderr)
             continue
-        results[name] = Ran(int(status.read_text()), stdout, stderr)
+        ended = _ended(out)
+        note = "no exit status" if ended is None else f"exit status {ended}"
+        results[name] = Ran(
+            -1 if ended is None else ended,
+            stdout[-3000:],
+            f"{note}: the run's process ended outside pytest\n{stderr[-3000:]}",
+        )
     return results
+
+
+def _ended(out: Path, wait: float = 5.0) -> int | None:
+    """The exit status the server recorded for a run that ended outside pytest (``os._exit``, a signal: ``-N`` as
+    ``subprocess`` gives it), once it has reaped the process; ``None`` if it records none within ``wait`` seconds."""
+    deadline = time.monotonic() + wait
+    while not (out / ENDED).exists():
+        if time.monotonic() > deadline:
+            return None
+        time.sleep(0.01)
+    return int((out / ENDED).read_text())
 
 
 def run(one: Run, folder: Path, timeout: float = 1800) -> Ran:
@@ -361,11 +377,20 @@ def _worker(conn: socket.socket, entry: dict, fds: list[int], base_path: list[st
         os._exit(0)
 
 
-def _reap(children: set[int], block: bool) -> None:
-    """Wait for ended runs (every run with ``block``)."""
-    for pid in list(children):
-        if os.waitpid(pid, 0 if block else os.WNOHANG)[0]:
-            children.discard(pid)
+ENDED = "ended"
+"""A run's file of its process's exit status, written by the server when the run ended outside pytest."""
+
+
+def _reap(children: dict[int, str | None], block: bool) -> None:
+    """Wait for ended runs and workers (every one with ``block``); a run (its ``out`` folder) without the exit status
+    of pytest gets its process's (:data:`ENDED`)."""
+    for pid, out in list(children.items()):
+        done, status = os.waitpid(pid, 0 if block else os.WNOHANG)
+        if not done:
+            continue
+        del children[pid]
+        if out is not None and not (Path(out) / "returncode").exists():
+            (Path(out) / ENDED).write_text(str(os.waitstatus_to_exitcode(status)))
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -387,8 +412,8 @@ def main(argv: list[str] | None = None) -> int:
     listener.bind(path + ".new")
     listener.listen(64)
     os.rename(path + ".new", path)  # the client waits for the socket to appear: it appears listening
-    listener.settimeout(1.0)
-    children: set[int] = set()
+    listener.settimeout(0.02)  # an ended run is reaped (and its exit status recorded) within 20 ms
+    children: dict[int, str | None] = {}  # pid -> a run's out folder (None: an xdist worker)
     while True:
         _reap(children, block=False)
         try:
@@ -414,7 +439,7 @@ def main(argv: list[str] | None = None) -> int:
             if fds:
                 _worker(conn, entry, fds, base_path)
             _child(conn, {**entry, "socket": path}, base_path)
-        children.add(pid)
+        children[pid] = None if fds else entry["out"]
         for fd in fds:  # the worker's pipes: only it holds them, so its end closes them
             os.close(fd)
         conn.close()

@@ -20,7 +20,7 @@ def test_a_batch_is_split_only_with_many_workers(runs: int, workers: int, want: 
 
 def test_a_split_batch_keeps_each_runs_result(tmp_path: Path) -> None:
     """Four runs, two at a time: each test's own exit status and output come back under its name; a run that ends
-    its process outside pytest (``os._exit``) has no exit status, and the others are not affected."""
+    its process outside pytest (``os._exit(3)``) has its process's exit status, and the others are not affected."""
     bodies = {"passes": "pass", "fails": "assert False", "exits": "import os; os._exit(3)"}
     for name, body in bodies.items():
         (tmp_path / f"test_{name}.py").write_text(f"def test_{name}():\n    {body}\n")
@@ -44,9 +44,9 @@ def test_a_split_batch_keeps_each_runs_result(tmp_path: Path) -> None:
     }
     runs["usage"] = batch.Run(["--no-such-option"], cwd=tmp_path, env=env)
     results = batch.run_all(runs, tmp_path / "out", parts=2)
-    assert {name: ran.returncode for name, ran in results.items()} == {"passes": 0, "fails": 1, "exits": -1, "usage": 4}
+    assert {name: ran.returncode for name, ran in results.items()} == {"passes": 0, "fails": 1, "exits": 3, "usage": 4}
     assert "1 passed" in results["passes"].stdout and "1 failed" in results["fails"].stdout
-    assert "no exit status" in results["exits"].stderr
+    assert "exit status 3: the run's process ended outside pytest" in results["exits"].stderr
 
 
 def test_a_waiting_run_goes_beside_the_queue(tmp_path: Path) -> None:

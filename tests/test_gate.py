@@ -3,7 +3,7 @@
 Each probe is a results folder doctored the way a broken fleet leaves it (written with the
 plugin's own writers, :mod:`harness.records`), which must exit 1 under ``--strict`` with the
 reason named while the report is still written; correct folders must exit 0. The end-to-end
-tests run ``python -m pytest`` on a tiny module whose test segfaults or hangs past the time
+tests run ``python -m pytest`` (as runs of :mod:`tests.batch`, each its own process) on a tiny module whose test segfaults or hangs past the time
 limit without ``-n`` (the process dies: its folder must still say so, naming the test, its
 contract and backend, and its reproduction), and a second run on a folder another run holds.
 """
@@ -12,15 +12,13 @@ from __future__ import annotations
 
 import json
 import os
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
 from harness import records, report
 from tests import batch
-from tests.test_plugin import REPRO, in_parallel
+from tests.test_plugin import REPRO
 
 ROOT = Path(__file__).resolve().parent.parent
 ROW = {"contract": "mxfp4_moe", "backend": "marlin", "hardware": "cpu", "passed": 3, "failed": 0, "skipped": 1,
@@ -244,16 +242,17 @@ def test_dies(backend):
 """
 
 
-def run_module(tmp_path: Path, folder: Path, *args: str, probe: str = "segfault") -> subprocess.CompletedProcess[str]:
-    """``python -m pytest`` on :data:`DYING_MODULE` (marlin only), results and JUnit in ``folder``."""
+def module_run(tmp_path: Path, folder: Path, *args: str, probe: str = "segfault") -> batch.Run:
+    """``python -m pytest`` on :data:`DYING_MODULE` (marlin only), results and JUnit in ``folder``: a run of
+    :mod:`tests.batch`, whose exit status is its process's (``-11`` for a segfault)."""
     module = tmp_path / "test_dying.py"
     module.write_text(DYING_MODULE)
-    env = {**os.environ, **batch.CPU_ONLY, "FP4_PROFILE": "ci", "FP4_GATE_PROBE": probe, "PYTHONPATH": str(ROOT)}
-    env.pop("PYTEST_XDIST_WORKER", None)
-    cmd = [sys.executable, "-m", "pytest", str(module), "-p", "harness.plugin", "-p", "no:cacheprovider", "-q",
-           "--rootdir", str(tmp_path), "--backend", "marlin", "--results", str(folder),
-           "--junitxml", str(folder / "junit.xml"), *args]  # fmt: skip
-    return subprocess.run(cmd, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300)
+    env = batch.suite_env(**batch.CPU_ONLY, FP4_GATE_PROBE=probe, PYTHONPATH=str(ROOT))
+    return batch.Run(
+        [str(module), "-p", "harness.plugin", "-p", "no:cacheprovider", "-q", "--rootdir", str(tmp_path),
+         "--backend", "marlin", "--results", str(folder), "--junitxml", str(folder / "junit.xml"), *args],
+        cwd=tmp_path, env=env,
+    )  # fmt: skip
 
 
 def _died_in_its_test(tmp_path: Path, folder: Path, reproduce: str) -> None:
@@ -274,16 +273,19 @@ def test_serial_segfault_leaves_a_failing_record_and_a_held_folder_is_refused(tm
     folder = tmp_path / "results"
     (tmp_path / "held").mkdir()
     held = records.lock(tmp_path / "held")
-    died, refused = in_parallel(
-        lambda: run_module(tmp_path, folder), lambda: run_module(tmp_path, tmp_path / "held", "-k", "fine")
+    ran = batch.run_all(
+        {"died": module_run(tmp_path, folder), "refused": module_run(tmp_path, tmp_path / "held", "-k", "fine")},
+        tmp_path / "runs",
+        parts=2,
     )
+    died, refused = ran["died"], ran["refused"]
     held.close()
     assert died.returncode == -11, died.stdout[-3000:]  # SIGSEGV
     _died_in_its_test(tmp_path, folder, f"{REPRO} test_dying:check_dies --subject builtin")
     out = refused.stdout + refused.stderr
     assert refused.returncode == 4 and "passed" not in out, out[-3000:]
     assert f"--results '{tmp_path / 'held'}' is in use by another run (pid {os.getpid()}" in refused.stderr
-    rerun = run_module(tmp_path, folder, "-k", "fine")  # the next run of the folder: green, the crash kept aside
+    rerun = batch.run(module_run(tmp_path, folder, "-k", "fine"), tmp_path / "rerun")  # green, the crash kept aside
     assert rerun.returncode == 0, rerun.stdout[-3000:]
     assert report.main([str(tmp_path / "report"), str(folder), "--strict"]) == 0
     assert list((folder / records.UNFINISHED).glob(f"*/{records.INFLIGHT}/main.test.json"))
@@ -292,6 +294,6 @@ def test_serial_segfault_leaves_a_failing_record_and_a_held_folder_is_refused(tm
 @pytest.mark.long(30)
 def test_serial_hang_past_the_time_limit_leaves_a_failing_record(tmp_path: Path) -> None:
     folder = tmp_path / "results"
-    died = run_module(tmp_path, folder, "--example-time-limit", "1", probe="hang")
+    died = batch.run(module_run(tmp_path, folder, "--example-time-limit", "1", probe="hang"), tmp_path / "run")
     assert died.returncode == 1 and "passed" not in died.stdout, died.stdout[-3000:]  # faulthandler ended it
     _died_in_its_test(tmp_path, folder, f"{REPRO} test_dying:check_dies --subject builtin")
