@@ -16,7 +16,7 @@ from hypothesis import strategies as st
 
 from backends.mxfp4_moe import Mxfp4MoeBackend
 from backends.nvfp4_moe import Nvfp4MoeBackend
-from bench.detection import Costs, detect
+from bench.detection import Costs, Draws, detect
 from bench.mutants import CI_MUTANTS, LARGE_ONLY, MANY_EXPERTS
 from conformance import test_moe_sharding, test_mxfp4_moe, test_nvfp4_moe
 from harness.inputs import guard_inputs
@@ -127,10 +127,14 @@ def test_sharding_mutants_fail_where_the_builtin_passes(experts: int, mutant) ->
 COSTS: Costs = {}
 """Property costs timed for one mutant, ordering the next one's properties (:class:`bench.detection.Outcomes`)."""
 
+DRAWS = Draws()
+"""The properties' generated sequences, drawn for one mutant and read by the next (both mutants' contracts share
+them, as ``python -m bench`` shares them between subjects)."""
+
 
 @pytest.mark.long(10)  # a search over every property of three contracts
 @pytest.mark.parametrize("mutant", CI_MUTANTS, ids=lambda s: s.name)
 def test_generation_alone_catches_the_size_mutants(mutant) -> None:
     """``python -m bench --quick``'s figure: seed 0, 25 examples per property, no pins."""
-    row = detect(mutant, [0], budget=25, rate_seeds=1, costs=COSTS, rates=False).row()
+    row = detect(mutant, [0], budget=25, rate_seeds=1, draws=DRAWS, costs=COSTS, rates=False).row()
     assert row["ci_without_pins"]["caught"] == "1/1", row
