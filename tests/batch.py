@@ -25,7 +25,7 @@ at the end of its session (``tests/conftest.py``), so the server's CPU time coun
 
 from __future__ import annotations
 
-import atexit
+import contextlib
 import gc
 import json
 import os
@@ -270,8 +270,8 @@ with open(sys.argv[3], "ab") as cpu:
 """
 """What a run starts for an xdist worker (``python -S -c STUB SOCKET BOOTSTRAP CPU_FILE``, no site packages): it hands
 its standard streams (execnet's pipes), folder and environment to the run server, which forks the worker from its
-pre-imported process (:func:`_worker`), waits until the worker has ended (its end closes the socket) and appends the
-CPU seconds the worker reported to ``CPU_FILE``."""
+pre-imported process (:func:`_worker`), waits until the server has reaped the worker (it then sends the worker's CPU
+seconds and closes the socket) and appends them to ``CPU_FILE``."""
 
 
 def _fork_xdist_workers(socket_path: str, cpu_file: Path) -> None:
@@ -347,16 +347,9 @@ def _child(conn: socket.socket, entry: dict, base_path: list[str]) -> NoReturn:
 
 def _worker(conn: socket.socket, entry: dict, fds: list[int], base_path: list[str]) -> NoReturn:
     """A forked xdist worker: the stub's standard streams as its own, its folder, environment and ``sys.path`` (of
-    ``python -c``), then execnet's bootstrap line, as ``python -u -c BOOTSTRAP`` would run it. Its CPU seconds go to
-    the stub when it ends, by its exit handlers (:func:`harness.workers.end_worker` runs them) or here."""
-    reported = []
-
-    def report() -> None:
-        if not reported:
-            reported.append(True)
-            conn.sendall(f"{_cpu():.3f}\n".encode())
-
-    atexit.register(report)
+    ``python -c``), then execnet's bootstrap line, as ``python -u -c BOOTSTRAP`` would run it. The server tells the
+    stub the worker's CPU seconds when it reaps it (:func:`_reap`)."""
+    conn.close()  # the server's copy stays open until then
     try:
         for target, fd in enumerate(fds):
             os.dup2(fd, target)
@@ -372,8 +365,6 @@ def _worker(conn: socket.socket, entry: dict, fds: list[int], base_path: list[st
     finally:
         sys.stdout.flush()
         sys.stderr.flush()
-        report()
-        conn.close()
         os._exit(0)
 
 
@@ -381,16 +372,21 @@ ENDED = "ended"
 """A run's file of its process's exit status, written by the server when the run ended outside pytest."""
 
 
-def _reap(children: dict[int, str | None], block: bool) -> None:
-    """Wait for ended runs and workers (every one with ``block``); a run (its ``out`` folder) without the exit status
-    of pytest gets its process's (:data:`ENDED`)."""
-    for pid, out in list(children.items()):
-        done, status = os.waitpid(pid, 0 if block else os.WNOHANG)
+def _reap(children: dict[int, str | socket.socket], block: bool) -> None:
+    """Wait for ended runs and workers (every one with ``block``). A run (its ``out`` folder) that has no exit status
+    of pytest gets its process's (:data:`ENDED`); a worker's stub (its connection) gets the worker's CPU seconds
+    (``wait4``'s, a worker killed by a signal included) and then the connection's end."""
+    for pid, held in list(children.items()):
+        done, status, usage = os.wait4(pid, 0 if block else os.WNOHANG)
         if not done:
             continue
         del children[pid]
-        if out is not None and not (Path(out) / "returncode").exists():
-            (Path(out) / ENDED).write_text(str(os.waitstatus_to_exitcode(status)))
+        if isinstance(held, socket.socket):
+            with contextlib.suppress(OSError):  # a stub killed with its run
+                held.sendall(f"{usage.ru_utime + usage.ru_stime:.3f}\n".encode())
+            held.close()
+        elif not (Path(held) / "returncode").exists():
+            (Path(held) / ENDED).write_text(str(os.waitstatus_to_exitcode(status)))
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -413,7 +409,7 @@ def main(argv: list[str] | None = None) -> int:
     listener.listen(64)
     os.rename(path + ".new", path)  # the client waits for the socket to appear: it appears listening
     listener.settimeout(0.02)  # an ended run is reaped (and its exit status recorded) within 20 ms
-    children: dict[int, str | None] = {}  # pid -> a run's out folder (None: an xdist worker)
+    children: dict[int, str | socket.socket] = {}  # pid -> a run's out folder, or a worker's stub connection
     while True:
         _reap(children, block=False)
         try:
@@ -436,13 +432,19 @@ def main(argv: list[str] | None = None) -> int:
         pid = os.fork()
         if pid == 0:
             listener.close()
+            for held in children.values():  # other workers' stubs: their connections end when the server closes them
+                if isinstance(held, socket.socket):
+                    held.close()
             if fds:
                 _worker(conn, entry, fds, base_path)
             _child(conn, {**entry, "socket": path}, base_path)
-        children[pid] = None if fds else entry["out"]
         for fd in fds:  # the worker's pipes: only it holds them, so its end closes them
             os.close(fd)
-        conn.close()
+        if fds:
+            children[pid] = conn  # the stub waits on it for the worker's CPU seconds (_reap)
+        else:
+            children[pid] = entry["out"]
+            conn.close()
     listener.close()
     os.unlink(path)
     _reap(children, block=True)
