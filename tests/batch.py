@@ -17,10 +17,10 @@ environment, its working folder, ``sys.path`` as ``python -m`` builds it (the wo
 the server's packages (the suite's own modules, probe subjects and test modules are imported by the run, as
 in a new interpreter). A run that starts xdist workers (``-n 1``) has them forked by the server too
 (:func:`_fork_xdist_workers`): execnet gets the same pipes to a worker that has the run's environment, folder and
-``sys.path`` of ``python -c``, without the start-up of an interpreter that imports torch. The server is a child of the process that started it, which stops and waits for it
-at the end of its session (``tests/conftest.py``), so the server's CPU time counts in the pytest run's
-(``bench.scaling``), and each run's CPU seconds count in the test that asked for it
-(:func:`harness.workers.charge`).
+``sys.path`` of ``python -c``, without the start-up of an interpreter that imports torch. The server is a child of
+the process that started it, which stops and waits for it at the end of its session (``tests/conftest.py``), so the
+server's CPU time counts in the pytest run's (``bench.scaling``), and each run's CPU seconds count in the test that
+asked for it (:func:`harness.workers.charge`).
 """
 
 from __future__ import annotations
@@ -171,10 +171,10 @@ def _request(path: Path, entry: dict, deadline: float) -> float:
 
 def run_all(runs: Mapping[str, Run], folder: Path, timeout: float = 1800, parts: int = 1) -> dict[str, Ran]:
     """Run ``runs`` in processes forked by this process's run server, ``parts`` at a time, and those that
-    :attr:`Run.waits` all at once beside them; ``{name: Ran}``. ``folder`` holds each run's outputs; their CPU seconds count in the calling test
-    (:func:`harness.workers.charge`). A run whose process ended outside pytest (``os._exit``, a signal, killed at the
-    batch's ``timeout``) has its process's exit status as ``subprocess`` gives it (``-N`` for signal N), or -1 if
-    the server recorded none."""
+    :attr:`Run.waits` all at once beside them; ``{name: Ran}``. ``folder`` holds each run's outputs; their CPU
+    seconds count in the calling test (:func:`harness.workers.charge`). A run whose process ended outside pytest
+    (``os._exit``, a signal, killed at the batch's ``timeout``) has its process's exit status as ``subprocess`` gives
+    it (``-N`` for signal N), or -1 if the server recorded none."""
     from harness.workers import charge
 
     folder.mkdir(parents=True, exist_ok=True)

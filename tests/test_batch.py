@@ -18,31 +18,24 @@ def test_a_batch_is_split_only_with_many_workers(runs: int, workers: int, want: 
     assert batch.drivers(runs, workers) == want
 
 
+def module_run(tmp_path: Path, name: str, source: str, *args: str, waits: bool = False, **env: str) -> batch.Run:
+    """``python -m pytest test_NAME.py ARGS`` from ``tmp_path``, the module's text ``source``, results in
+    ``tmp_path / name``, the suite's environment plus ``env``."""
+    module = tmp_path / f"test_{name}.py"
+    module.write_text(source)
+    args = (str(module), "-p", "no:cacheprovider", "-q", *args, "--results", str(tmp_path / name))
+    return batch.Run(args, cwd=tmp_path, env=batch.suite_env(**env), waits=waits)
+
+
 def test_a_split_batch_keeps_each_runs_result(tmp_path: Path) -> None:
     """Four runs, two at a time: each test's own exit status and output come back under its name; a run that ends
     its process outside pytest (``os._exit(3)``) has its process's exit status, and the others are not affected."""
     bodies = {"passes": "pass", "fails": "assert False", "exits": "import os; os._exit(3)"}
-    for name, body in bodies.items():
-        (tmp_path / f"test_{name}.py").write_text(f"def test_{name}():\n    {body}\n")
-    env = batch.suite_env()
     runs = {
-        name: batch.Run(
-            [
-                str(tmp_path / f"test_{name}.py"),
-                "-p",
-                "no:cacheprovider",
-                "-p",
-                "no:xdist",
-                "-q",
-                "--results",
-                str(tmp_path / name),
-            ],
-            cwd=tmp_path,
-            env=env,
-        )
-        for name in bodies
+        name: module_run(tmp_path, name, f"def test_{name}():\n    {body}\n", "-p", "no:xdist")
+        for name, body in bodies.items()
     }
-    runs["usage"] = batch.Run(["--no-such-option"], cwd=tmp_path, env=env)
+    runs["usage"] = batch.Run(["--no-such-option"], cwd=tmp_path, env=batch.suite_env())
     results = batch.run_all(runs, tmp_path / "out", parts=2)
     assert {name: ran.returncode for name, ran in results.items()} == {"passes": 0, "fails": 1, "exits": 3, "usage": 4}
     assert "1 passed" in results["passes"].stdout and "1 failed" in results["fails"].stdout
@@ -54,18 +47,17 @@ def test_a_waiting_run_goes_beside_the_queue(tmp_path: Path) -> None:
     for a file only the waiting run (named after it) writes, which it would never see if the waiting run were
     queued behind it."""
     flag = tmp_path / "flag"
-    bodies = {
-        "queued": f"import pathlib, time\n    deadline = time.monotonic() + 60\n    while not pathlib.Path({str(flag)!r}).exists():\n"
+    queued = (
+        "import pathlib, time\n\n\ndef test_queued():\n    deadline = time.monotonic() + 60\n"
+        f"    while not pathlib.Path({str(flag)!r}).exists():\n"
         "        assert time.monotonic() < deadline, 'the waiting run did not start beside the queue'\n"
-        "        time.sleep(0.05)",
-        "waiting": f"import pathlib\n    pathlib.Path({str(flag)!r}).write_text('')",
+        "        time.sleep(0.05)\n"
+    )
+    waiting = f"import pathlib\n\n\ndef test_waiting():\n    pathlib.Path({str(flag)!r}).write_text('')\n"
+    runs = {
+        "queued": module_run(tmp_path, "queued", queued, "-p", "no:xdist"),
+        "waiting": module_run(tmp_path, "waiting", waiting, "-p", "no:xdist", waits=True),
     }
-    runs = {}
-    for name, body in bodies.items():
-        (tmp_path / f"test_{name}.py").write_text(f"def test_{name}():\n    {body}\n")
-        args = [str(tmp_path / f"test_{name}.py"), "-p", "no:cacheprovider", "-p", "no:xdist", "-q"]
-        runs[name] = batch.Run([*args, "--results", str(tmp_path / name)], cwd=tmp_path, env=batch.suite_env(),
-                               waits=name == "waiting")  # fmt: skip
     results = batch.run_all(runs, tmp_path / "out", parts=1)
     assert {name: ran.returncode for name, ran in results.items()} == {"queued": 0, "waiting": 0}, results
 
@@ -73,15 +65,12 @@ def test_a_waiting_run_goes_beside_the_queue(tmp_path: Path) -> None:
 def test_a_runs_xdist_worker_is_forked_by_the_server(tmp_path: Path) -> None:
     """``-n 1`` in a run: the worker's parent is the run server (``python -m tests.batch``), the worker has the run's
     environment and folder, its test passes, and its CPU seconds are in the run's ``workers-cpu`` file."""
-    (tmp_path / "test_forked.py").write_text(
+    source = (
         "import os, pathlib\n\n\ndef test_forked():\n"
         "    parent = pathlib.Path(f'/proc/{os.getppid()}/cmdline').read_bytes().split(b'\\0')\n"
         "    assert b'tests.batch' in parent, parent\n"
         "    assert os.environ['FP4_BATCH_PROBE'] == 'seen' and pathlib.Path.cwd() == pathlib.Path(__file__).parent\n"
     )
-    args = [str(tmp_path / "test_forked.py"), "-p", "no:cacheprovider", "-q", "-n", "1"]
-    run = batch.Run([*args, "--results", str(tmp_path / "results")], cwd=tmp_path,
-                    env=batch.suite_env(FP4_BATCH_PROBE="seen"))  # fmt: skip
-    result = batch.run(run, tmp_path / "out")
+    result = batch.run(module_run(tmp_path, "forked", source, "-n", "1", FP4_BATCH_PROBE="seen"), tmp_path / "out")
     assert result.returncode == 0 and "1 passed" in result.stdout, result.stdout[-3000:] + result.stderr[-3000:]
     assert len((tmp_path / "out" / "run" / batch.WORKERS_CPU).read_text().split()) == 1

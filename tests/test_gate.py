@@ -3,9 +3,10 @@
 Each probe is a results folder doctored the way a broken fleet leaves it (written with the
 plugin's own writers, :mod:`harness.records`), which must exit 1 under ``--strict`` with the
 reason named while the report is still written; correct folders must exit 0. The end-to-end
-tests run ``python -m pytest`` (as runs of :mod:`tests.batch`, each its own process) on a tiny module whose test segfaults or hangs past the time
-limit without ``-n`` (the process dies: its folder must still say so, naming the test, its
-contract and backend, and its reproduction), and a second run on a folder another run holds.
+tests run ``python -m pytest`` (as runs of :mod:`tests.batch`, each its own process) on a tiny
+module whose test segfaults or hangs past the time limit without ``-n`` (the process dies: its
+folder must still say so, naming the test, its contract and backend, and its reproduction), and
+a second run on a folder another run holds.
 """
 
 from __future__ import annotations
