@@ -11,7 +11,8 @@ whole-block loader leaves it.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from collections import OrderedDict
+from dataclasses import dataclass, fields, replace
 
 import torch
 
@@ -81,10 +82,48 @@ def _fp8_scales(gen: torch.Generator, *shape: int) -> torch.Tensor:
     return torch.ldexp(torch.ones(shape), torch.randint(-9, -4, shape, generator=gen))
 
 
+KEPT_BYTES = 1 << 30
+"""Most bytes of built layers :func:`moe_case` keeps in one process, the least recently used dropped first."""
+
+_KEPT: OrderedDict[tuple[MoeShape, int], tuple[MoeCase, int]] = OrderedDict()
+"""Built layers by ``(shape, block)``, each with its byte count, the most recently used last."""
+
+
+def _copied(value: MoeCase | MoeWeights) -> MoeCase | MoeWeights:
+    """``value`` with every tensor, its weights' included, cloned."""
+    changes = {}
+    for f in fields(value):
+        item = getattr(value, f.name)
+        if isinstance(item, torch.Tensor):
+            changes[f.name] = item.clone()
+        elif isinstance(item, MoeWeights):
+            changes[f.name] = _copied(item)
+    return replace(value, **changes)
+
+
 def moe_case(shape: MoeShape, block: int) -> MoeCase:
     """Build the layer of ``shape`` from ``shape.seed`` with ``block``-element scale groups
     (16 NVFP4, 32 MXFP4) or ``block x block`` tiles (128 FP8); channels ``>= real_intermediate`` are zero,
-    bytes and (whole-group or whole-tile) scales alike."""
+    bytes and (whole-group or whole-tile) scales alike.
+
+    The layer is a function of ``(shape, block)`` alone, so it is built once per process and every call gets
+    a copy, tensors of its own (a caller that writes into them changes no other caller's): the backends of one
+    property draw the same shapes, and copying runs at memory speed where drawing the random bytes again does
+    not. At most :data:`KEPT_BYTES` of layers are kept."""
+    key = (shape, block)
+    case, size = _KEPT.pop(key, None) or (None, 0)
+    if case is None:
+        case = _build_case(shape, block)
+        w = case.weights
+        size = sum(t.nbytes for t in (w.w13, w.w13_scale, w.w2, w.w2_scale, case.x, case.logits))
+    _KEPT[key] = case, size
+    while len(_KEPT) > 1 and sum(n for _, n in _KEPT.values()) > KEPT_BYTES:
+        _KEPT.popitem(last=False)
+    return _copied(case)
+
+
+def _build_case(shape: MoeShape, block: int) -> MoeCase:
+    """The layer :func:`moe_case` hands out, drawn from ``shape.seed``."""
     g = generator(shape.seed)
     e, i, h, f = shape.experts, shape.intermediate, shape.hidden, 2 if shape.gated else 1
     fp8 = tiled(block)
