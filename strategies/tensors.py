@@ -11,7 +11,6 @@ whole-block loader leaves it.
 from __future__ import annotations
 
 import math
-from collections import OrderedDict
 from dataclasses import dataclass, fields, replace
 
 import torch
@@ -82,11 +81,32 @@ def _fp8_scales(gen: torch.Generator, *shape: int) -> torch.Tensor:
     return torch.ldexp(torch.ones(shape), torch.randint(-9, -4, shape, generator=gen))
 
 
-KEPT_BYTES = 1 << 30
+KEPT_BYTES = 1 << 28
 """Most bytes of built layers :func:`moe_case` keeps in one process, the least recently used dropped first."""
 
-_KEPT: OrderedDict[tuple[MoeShape, int], tuple[MoeCase, int]] = OrderedDict()
-"""Built layers by ``(shape, block)``, each with its byte count, the most recently used last."""
+
+class _Kept:
+    """Built layers by ``(shape, block)``, the most recently used last, with their bytes in all."""
+
+    def __init__(self) -> None:
+        self.cases: dict[tuple[MoeShape, int], tuple[MoeCase, int]] = {}
+        self.bytes = 0
+
+    def get(self, key: tuple[MoeShape, int]) -> MoeCase:
+        """The layer of ``key``, built unless kept; then the least recently used go while over :data:`KEPT_BYTES`."""
+        case, size = self.cases.pop(key, (None, 0))
+        if case is None:
+            case = _build_case(*key)
+            w = case.weights
+            size = sum(t.nbytes for t in (w.w13, w.w13_scale, w.w2, w.w2_scale, case.x, case.logits))
+            self.bytes += size
+        self.cases[key] = case, size
+        while self.bytes > KEPT_BYTES and len(self.cases) > 1:
+            self.bytes -= self.cases.pop(next(iter(self.cases)))[1]
+        return case
+
+
+_KEPT = _Kept()
 
 
 def _copied(value: MoeCase | MoeWeights) -> MoeCase | MoeWeights:
@@ -110,16 +130,7 @@ def moe_case(shape: MoeShape, block: int) -> MoeCase:
     a copy, tensors of its own (a caller that writes into them changes no other caller's): the backends of one
     property draw the same shapes, and copying runs at memory speed where drawing the random bytes again does
     not. At most :data:`KEPT_BYTES` of layers are kept."""
-    key = (shape, block)
-    case, size = _KEPT.pop(key, None) or (None, 0)
-    if case is None:
-        case = _build_case(shape, block)
-        w = case.weights
-        size = sum(t.nbytes for t in (w.w13, w.w13_scale, w.w2, w.w2_scale, case.x, case.logits))
-    _KEPT[key] = case, size
-    while len(_KEPT) > 1 and sum(n for _, n in _KEPT.values()) > KEPT_BYTES:
-        _KEPT.popitem(last=False)
-    return _copied(case)
+    return _copied(_KEPT.get((shape, block)))
 
 
 def _build_case(shape: MoeShape, block: int) -> MoeCase:

@@ -6,7 +6,6 @@ policy behind no guard) must change no later caller's layer.
 
 from __future__ import annotations
 
-from collections import OrderedDict
 from dataclasses import replace
 
 import pytest
@@ -24,18 +23,18 @@ def test_a_copy_written_to_changes_no_later_call(monkeypatch: pytest.MonkeyPatch
     first.weights.w13.zero_()
     first.x.fill_(1.0)
     again = tensors.moe_case(SHAPE, NVFP4_BLOCK)
-    monkeypatch.setattr(tensors, "_KEPT", OrderedDict())
+    monkeypatch.setattr(tensors, "_KEPT", tensors._Kept())
     assert digest(again) == digest(tensors.moe_case(SHAPE, NVFP4_BLOCK))  # as built afresh
     assert again.weights.w13.any()
 
 
 def test_the_least_recently_used_layer_goes_first(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(tensors, "_KEPT", OrderedDict())
+    monkeypatch.setattr(tensors, "_KEPT", tensors._Kept())
     tensors.moe_case(SHAPE, NVFP4_BLOCK)
-    size = next(iter(tensors._KEPT.values()))[1]
+    size = tensors._KEPT.bytes
     monkeypatch.setattr(tensors, "KEPT_BYTES", 2 * size)
     tensors.moe_case(SHAPE, MXFP4_BLOCK)
     tensors.moe_case(SHAPE, NVFP4_BLOCK)  # used again: now the most recent
     tensors.moe_case(replace(SHAPE, seed=SHAPE.seed + 1), NVFP4_BLOCK)  # the MXFP4 layer goes
-    assert [block for (_, block) in tensors._KEPT] == [NVFP4_BLOCK, NVFP4_BLOCK]
-    assert [shape.seed for (shape, _) in tensors._KEPT] == [SHAPE.seed, SHAPE.seed + 1]
+    assert [block for (_, block) in tensors._KEPT.cases] == [NVFP4_BLOCK, NVFP4_BLOCK]
+    assert [shape.seed for (shape, _) in tensors._KEPT.cases] == [SHAPE.seed, SHAPE.seed + 1]
