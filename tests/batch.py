@@ -385,8 +385,9 @@ def _reap(children: dict[int, str | socket.socket], block: bool) -> None:
             with contextlib.suppress(OSError):  # a stub killed with its run
                 held.sendall(f"{usage.ru_utime + usage.ru_stime:.3f}\n".encode())
             held.close()
-        elif not (Path(held) / "returncode").exists():
-            (Path(held) / ENDED).write_text(str(os.waitstatus_to_exitcode(status)))
+        elif not (Path(held) / "returncode").exists():  # written whole, then renamed: the client polls for it
+            (Path(held) / f"{ENDED}.new").write_text(str(os.waitstatus_to_exitcode(status)))
+            os.replace(Path(held) / f"{ENDED}.new", Path(held) / ENDED)
 
 
 def main(argv: list[str] | None = None) -> int:
