@@ -301,7 +301,7 @@ def _start_run(config: pytest.Config, session: Session) -> None:
     session.moved = records.start(results, session.record)
     stale = [
         p
-        for pattern in ("device-*.json", "stats-*.json", "expected-*.json", DESELECTED, "*.xml")
+        for pattern in ("device-*.json", "stats-*.json", "expected-*.json", "worker-*.json", DESELECTED, "*.xml")
         for p in results.glob(pattern)
     ]
     for path in [*stale, *(results / records.INFLIGHT).glob("*.json")]:

@@ -108,9 +108,6 @@ def pytest_configure(config: pytest.Config) -> None:
             torch.set_num_threads(int(threads))
         return
     _STATE["run_start"], _STATE["first_test"] = time.time(), None
-    results = Path(config.getoption("results", "results"))
-    for stale in results.glob("worker-*.json"):
-        stale.unlink()
     workers = xdist_workers(config)
     if not workers:
         return

@@ -177,8 +177,10 @@ def test_a_held_results_folder_refuses_a_second_holder(tmp_path: Path) -> None:
 
 def test_help_neither_locks_nor_marks_a_results_folder(tmp_path: Path) -> None:
     """``pytest --help`` (and the other print-and-exit options) runs no session: it works while another run holds
-    the folder, and leaves a finished run's records as they are."""
+    the folder, and leaves a finished run's records as they are, its workers' included (a `--help` beside a run
+    into the same folder once deleted the workers' records the run had written)."""
     (tmp_path / "run.json").write_text('{"state": "complete"}')
+    (tmp_path / "worker-gw0.json").write_text("{}")
     held = records.lock(tmp_path)
     try:
         out = batch.run(
@@ -190,6 +192,7 @@ def test_help_neither_locks_nor_marks_a_results_folder(tmp_path: Path) -> None:
         held.close()
     assert out.returncode == 0 and "--subject" in out.stdout, out.stderr[-2000:]
     assert (tmp_path / "run.json").read_text() == '{"state": "complete"}'
+    assert (tmp_path / "worker-gw0.json").exists()
 
 
 def test_next_run_moves_an_unfinished_run_aside(tmp_path: Path) -> None:

@@ -151,7 +151,8 @@ def test_external_subject_example_runs_as_written(tmp_path: Path) -> None:
 @pytest.mark.long(10)
 def test_documented_options_are_registered(tmp_path: Path) -> None:
     """Every option the README's table and ``docs/running.md`` name is one ``pytest --help`` lists."""
-    help_text = batch.run(batch.Run(["--help", "-p", "no:cacheprovider"], env=batch.suite_env()), tmp_path, 300).stdout
+    ask = ["--help", "-p", "no:cacheprovider", "--results", str(tmp_path / "results")]
+    help_text = batch.run(batch.Run(ask, env=batch.suite_env()), tmp_path / "run", 300).stdout
     running = (ROOT / "docs" / "running.md").read_text(encoding="utf-8")
     for text in (section("Options and profiles"), running):
         named = {o for row in text.splitlines() if row.startswith("| `--") for o in re.findall(r"`(--[a-z0-9-]+)", row)}
