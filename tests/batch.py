@@ -385,7 +385,9 @@ def _reap(children: dict[int, str | socket.socket], block: bool) -> None:
             with contextlib.suppress(OSError):  # a stub killed with its run
                 held.sendall(f"{usage.ru_utime + usage.ru_stime:.3f}\n".encode())
             held.close()
-        elif not (Path(held) / "returncode").exists():  # written whole, then renamed: the client polls for it
+        elif not (Path(held) / "returncode").exists():
+            # written whole, then renamed, as the client polls for it; not with harness.records.write_json: the server
+            # imports none of the suite's modules, which every run it forks imports afresh
             (Path(held) / f"{ENDED}.new").write_text(str(os.waitstatus_to_exitcode(status)))
             os.replace(Path(held) / f"{ENDED}.new", Path(held) / ENDED)
 
