@@ -9,12 +9,13 @@ from __future__ import annotations
 import enum
 import math
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, fields, replace
 
 import torch
 from hypothesis import currently_in_test_context, reject
 
 from adapters.aiter_triton import TritonMoeRun
+from adapters.calls import kernel_device
 from backends.fp8_moe import triton_fp8_block_tolerance
 from contracts.errors import CheckpointNotServed, UnsupportedConfig
 from contracts.moe import (
@@ -33,7 +34,7 @@ from reference.formats import NVFP4_BLOCK, fp4_bytes_zero, scale_bytes_finite
 from reference.fp8 import Fp8Quantized, fp8_token_group_dequantize
 from reference.layouts import Fc1Layout, split_fc1
 from reference.padding import outside_corner
-from strategies.tensors import dequantize_moe
+from strategies.tensors import dequantize_moe, routed_experts_only
 
 TENSORS = ("w13", "w13_scale", "w2", "w2_scale", "w13_bias", "w2_bias")
 
@@ -202,6 +203,39 @@ class GemmStage:
     tolerance: torch.Tensor
 
 
+def routed_experts(
+    w: MoeWeights, ids: torch.Tensor, device: torch.device
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """The experts ``ids`` ``[T, k]`` route to, dequantized (:func:`strategies.tensors.dequantize_moe`) on ``device``
+    (the kernel properties': :func:`adapters.calls.kernel_device`): fp32 ``(w13 [n, F·I, H], w2 [n, H, I], slots
+    [T·k])``, ``slots`` the experts renumbered ``0..n-1`` in slot order (slot ``t·k + j`` reads expert ``ids[t, j]``)."""
+    used, _, local = routed_experts_only(w, ids)
+    tensors = {f.name: getattr(used, f.name) for f in fields(used)}
+    on_device = replace(used, **{name: t.to(device) for name, t in tensors.items() if isinstance(t, torch.Tensor)})
+    ones = torch.ones(used.w13.shape[0], device=device)
+    w13, w2 = dequantize_moe(on_device, ones, ones)
+    return w13, w2, local.reshape(-1).to(device)
+
+
+def slot_products(x: torch.Tensor, w: torch.Tensor, slots: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """Per slot ``s``: ``x[s] · w[slots[s]]^T`` and ``|x[s]| · |w[slots[s]]|^T`` in float64, ``[S, N]`` on the CPU,
+    from ``x`` ``[S, K]`` and the experts ``w`` ``[E, N, K]`` (fp32 values): one GEMM per expert, on ``w``'s device.
+
+    The device does not move a verdict: the product of two fp32 values is exact in float64, and a float64 sum of
+    ``K`` of them errs by at most ``K·2^-53·Σ|ab|`` in any order, under ``2^-23`` of the accumulation term of every
+    kernel bound they feed (the smallest, :func:`backends.fp8_moe.triton_fp8_block_tolerance`'s, is
+    ``3·ceil(K/128)·2^-24·Σ|ab|``; :func:`backends.mxfp4_linear.sm90_dot_scaled_tolerance`'s ``(K/16)·2^-22·Σ|ab|``)."""
+    x, slots = x.to(w.device, torch.float64), slots.to(w.device)
+    exact = x.new_zeros(x.shape[0], w.shape[1])
+    magnitude = torch.zeros_like(exact)
+    for e in slots.unique().tolist():
+        rows = (slots == e).nonzero().flatten()
+        we = w[e].double()
+        exact[rows] = x[rows] @ we.T
+        magnitude[rows] = x[rows].abs() @ we.abs().T
+    return exact.cpu(), magnitude.cpu()
+
+
 def fp8_block_moe_stages(
     run: TritonMoeRun, w: MoeWeights, routing: torch.Tensor, ids: torch.Tensor
 ) -> tuple[GemmStage, GemmStage]:
@@ -211,16 +245,14 @@ def fp8_block_moe_stages(
     :func:`strategies.tensors.dequantize_moe` (each gate/up half on its own tiles, as the checkpoint stores them);
     bounds :func:`backends.fp8_moe.triton_fp8_block_tolerance`
     (FC2 plus ``2^-23 |exact|`` for the fp32 multiply by the routing weight)."""
-    k, slots = ids.shape[1], ids.reshape(-1)
-    ones = torch.ones(w.w13.shape[0])
-    w13, w2 = (t.double()[slots] for t in dequantize_moe(w, ones, ones))  # each FC1 half on its own tiles
-    xa = fp8_token_group_dequantize(Fp8Quantized(*run.x_q)).double().repeat_interleave(k, 0)
-    exact1 = torch.einsum("sh,snh->sn", xa, w13)
-    tol1 = triton_fp8_block_tolerance(exact1, torch.einsum("sh,snh->sn", xa.abs(), w13.abs()), xa.shape[-1])
-    aa = fp8_token_group_dequantize(Fp8Quantized(*run.act_q)).double()
+    k = ids.shape[1]
+    w13, w2, slots = routed_experts(w, ids, kernel_device())  # each FC1 half on its own tiles
+    xa = fp8_token_group_dequantize(Fp8Quantized(*run.x_q)).repeat_interleave(k, 0)
+    exact1, mag1 = slot_products(xa, w13, slots)
+    tol1 = triton_fp8_block_tolerance(exact1, mag1, xa.shape[-1])
+    aa = fp8_token_group_dequantize(Fp8Quantized(*run.act_q))
     weight = routing.double().reshape(-1, 1)
-    exact2 = torch.einsum("si,shi->sh", aa, w2) * weight
-    mag2 = torch.einsum("si,shi->sh", aa.abs(), w2.abs()) * weight
+    exact2, mag2 = (p * weight for p in slot_products(aa, w2, slots))
     tol2 = triton_fp8_block_tolerance(exact2, mag2, aa.shape[-1]) + 2.0**-23 * exact2.abs()
     return GemmStage("FC1", run.fc1, exact1, tol1), GemmStage("FC2 (times the routing weight)", run.fc2, exact2, tol2)
 

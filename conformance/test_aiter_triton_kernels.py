@@ -32,7 +32,7 @@ from backends import record
 from backends.mxfp4_linear import AiterLinearPath
 from backends.mxfp4_moe import Mxfp4MoeBackend
 from conformance.layers import align_mxfp4, reference_output, silu_no_bias
-from conformance.moe_checks import assert_within
+from conformance.moe_checks import assert_within, routed_experts, slot_products
 from conformance.regressions import MXFP4_LINEAR_REGRESSIONS as LINEAR_REGRESSIONS
 from conformance.regressions import MXFP4_MOE_REGRESSIONS as MOE_REGRESSIONS
 from contracts.moe import MXFP4_MOE as MOE
@@ -198,13 +198,12 @@ def check_triton_fallback_gemm(
         f"gemm_afp4wfp4 reads [{n}, {k // 2}] and a stored ({k // MXFP4_BLOCK}, {n}) scale"
     )
     act = reference_activation(case.x.to(torch.bfloat16))
-    packed, scales = act.packed.cpu(), act.scales.cpu()
     y = ON_CUDA.gemm(act, prepared.weight, prepared.scale).cpu()
-    a = mxfp4_dequantize(Quantized(packed, scales)).double()
-    b = mxfp4_dequantize(Quantized(case.weight, case.scale)).double()
-    splits = ON_CUDA.splits(shape.tokens)
-    tol = gemm_tolerance(a @ b.T, a.abs() @ b.abs().T, k, splits)
-    worst = assert_within(y, a @ b.T, tol, f"gemm_afp4wfp4 [{shape.tokens} x {n} x {k}]", "gemm_afp4wfp4")
+    a = mxfp4_dequantize(Quantized(act.packed, act.scales))
+    b = mxfp4_dequantize(Quantized(case.weight.to(a.device), case.scale.to(a.device)))
+    exact, magnitude = slot_products(a, b[None], torch.zeros(len(a), dtype=torch.int64))  # one expert: a · b^T
+    tol = gemm_tolerance(exact, magnitude, k, ON_CUDA.splits(shape.tokens))
+    worst = assert_within(y, exact, tol, f"gemm_afp4wfp4 [{shape.tokens} x {n} x {k}]", "gemm_afp4wfp4")
     record_event(f"{'real' if real else 'reduced'} size, worst |err|/tol {'<= 0.5' if worst <= 0.5 else '> 0.5'}")
 
 
@@ -230,18 +229,13 @@ def run_moe(w: MoeWeights, x: torch.Tensor, routing: torch.Tensor, ids: torch.Te
 def assert_moe_stages(run: at.TritonMoeRun, w: MoeWeights, x: torch.Tensor, routing, ids) -> float:
     """Each stage of ``run`` against the exact product of its own dequantized inputs (slot ``t·k + j``
     reads token ``t`` and expert ``ids[t, j]``); returns the worst ``|err| / tol``."""
-    k = ids.shape[1]
-    slots = ids.reshape(-1)
-    xa = mxfp4_dequantize(Quantized(*run.x_q)).double().repeat_interleave(k, 0)
-    w1 = mxfp4_dequantize(Quantized(w.w13, w.w13_scale)).double()[slots]
-    exact1 = torch.einsum("sh,snh->sn", xa, w1)
-    mag1 = torch.einsum("sh,snh->sn", xa.abs(), w1.abs())
+    w13, w2, slots = routed_experts(w, ids, kernel_device())
+    xa = mxfp4_dequantize(Quantized(*run.x_q)).repeat_interleave(ids.shape[1], 0)
+    exact1, mag1 = slot_products(xa, w13, slots)
     worst = assert_within(run.fc1, exact1, gemm_tolerance(exact1, mag1, xa.shape[-1]), "fused_moe_mxfp4 FC1", "FC1")
-    aa = mxfp4_dequantize(Quantized(*run.act_q)).double()
-    w2 = mxfp4_dequantize(Quantized(w.w2, w.w2_scale)).double()[slots]
+    aa = mxfp4_dequantize(Quantized(*run.act_q))
     weight = routing.double().reshape(-1, 1)
-    exact2 = torch.einsum("si,shi->sh", aa, w2) * weight
-    mag2 = torch.einsum("si,shi->sh", aa.abs(), w2.abs()) * weight
+    exact2, mag2 = (p * weight for p in slot_products(aa, w2, slots))
     tol2 = gemm_tolerance(exact2, mag2, aa.shape[-1]) + 2.0**-23 * exact2.abs()  # one fp32 multiply by the weight
     return max(worst, assert_within(run.fc2, exact2, tol2, "fused_moe_mxfp4 FC2 (times the routing weight)", "FC2"))
 
