@@ -4,7 +4,8 @@
 A self-test that runs the suite end to end (``python -m pytest`` in a subprocess, like a user) pays for a
 new interpreter and the imports of torch, Hypothesis and pytest, about 2.5 CPU seconds on the 2-core CPU
 machine, before pytest starts. :func:`server` starts, in a process that asks for runs (an xdist worker),
-one process that imports them and then waits on a Unix socket; each run is a ``fork()`` of it
+one process that imports them and then waits on a Unix socket (a :mod:`harness.forkserver` server that also
+forks whole runs); each run is a ``fork()`` of it
 (copy-on-write: the imports are shared, nothing else is), so a run costs its own work only.
 :func:`shared` runs a module's invocations once per pytest session (one process of the xdist workers asks
 for them; the others wait for and read its results), and each test asserts on its own run's exit status,
@@ -16,8 +17,8 @@ environment, its working folder, ``sys.path`` as ``python -m`` builds it (the wo
 ``PYTHONPATH``), file descriptors 1 and 2 redirected to its own files, and fresh imports of everything but
 the server's packages (the suite's own modules, probe subjects and test modules are imported by the run, as
 in a new interpreter). A run that starts xdist workers (``-n 1``) has them forked by the server too
-(:func:`_fork_xdist_workers`): execnet gets the same pipes to a worker that has the run's environment, folder and
-``sys.path`` of ``python -c``, without the start-up of an interpreter that imports torch. The server is a child of
+(:func:`harness.forkserver.fork_workers`, unless :attr:`Run.own_workers`), with the CPU seconds of each counted in
+the run's. The server is a child of
 the process that started it, which stops and waits for it at the end of its session (``tests/conftest.py``), so the
 server's CPU time counts in the pytest run's (``bench.scaling``), and each run's CPU seconds count in the test that
 asked for it (:func:`harness.workers.charge`).
@@ -25,26 +26,23 @@ asked for it (:func:`harness.workers.charge`).
 
 from __future__ import annotations
 
-import contextlib
-import gc
 import json
 import os
 import resource
-import shutil
 import signal
 import socket
-import subprocess
 import sys
-import tempfile
 import time
 import traceback
 from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, NoReturn
+from typing import NoReturn
 
 import pytest
+
+from harness import forkserver
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -55,12 +53,15 @@ class Run:
 
     ``waits``: the run spends most of its time waiting (a hang run into a time limit, a test that sleeps), so
     :func:`run_all` starts it at once beside the batch's other runs instead of queueing it among them: a queued
-    waiting run leaves its core idle while the batch's test holds its xdist worker."""
+    waiting run leaves its core idle while the batch's test holds its xdist worker. ``own_workers``: the run starts
+    its xdist workers itself (:mod:`harness.workers`: through a fork server of its own, or as new interpreters), as
+    outside the batch; otherwise the batch's server forks them."""
 
     args: Sequence[str]
     cwd: Path = ROOT
     env: Mapping[str, str] = field(default_factory=dict)
     waits: bool = False
+    own_workers: bool = False
 
 
 @dataclass(frozen=True)
@@ -98,8 +99,8 @@ def drivers(runs: int, workers: int) -> int:
 
 # --- the client: one xdist worker's side -------------------------------------------------------------------
 
-_SERVER: dict[str, tuple[Path, subprocess.Popen[bytes]]] = {}
-"""This process's run server: its socket and process, started by the first run asked of this process."""
+_SERVER: dict[str, forkserver.Server] = {}
+"""This process's run server, started by the first run asked of this process."""
 
 
 def _session_folder(factory: pytest.TempPathFactory) -> Path:
@@ -108,48 +109,19 @@ def _session_folder(factory: pytest.TempPathFactory) -> Path:
     return base.parent if os.environ.get("PYTEST_XDIST_WORKER") else base
 
 
-def server(startup: float = 300) -> Path:
+def server() -> Path:
     """This process's run server (its socket), started at the first call; every process (each xdist worker) has its
-    own and stops it at the end of its session (:func:`stop_server`), so none waits on another's.
-
-    The socket lies in a new folder of the system's temporary folder (a Unix socket's path may hold about 100
-    bytes; pytest's folders can be longer)."""
-    if "server" in _SERVER:
-        return _SERVER["server"][0]
-    path = Path(tempfile.mkdtemp(prefix="fp4-batch-")) / "socket"
-    env = {k: v for k, v in os.environ.items() if k != "PYTEST_XDIST_WORKER"}
-    env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(ROOT), env.get("PYTHONPATH")]))
-    log = path.parent / "server.log"
-    with open(log, "wb") as out:
-        proc = subprocess.Popen(
-            [sys.executable, "-m", "tests.batch", str(path), str(os.getpid())],
-            cwd=ROOT, env=env, stdin=subprocess.DEVNULL, stdout=out, stderr=out,
-        )  # fmt: skip
-    deadline = time.monotonic() + startup
-    while not path.exists():
-        if proc.poll() is not None or time.monotonic() > deadline:
-            proc.kill()
-            raise RuntimeError(f"the self-tests' run server did not start: {log.read_text(errors='replace')}")
-        time.sleep(0.02)
-    _SERVER["server"] = path, proc
-    return path
+    own and stops it at the end of its session (:func:`stop_server`), so none waits on another's."""
+    if "server" not in _SERVER:
+        _SERVER["server"] = forkserver.start(module="tests.batch")
+    return _SERVER["server"].path
 
 
 def stop_server() -> None:
     """Stop this process's run server, if it started one, and wait for it (its CPU time then counts in this
     process's children's, as a subprocess's would)."""
-    if "server" not in _SERVER:
-        return
-    path, proc = _SERVER.pop("server")
-    try:
-        with socket.socket(socket.AF_UNIX) as s:
-            s.connect(str(path))
-            s.sendall(b"null\n")
-        proc.wait(timeout=60)
-    except (OSError, subprocess.TimeoutExpired):
-        proc.kill()
-        proc.wait()
-    shutil.rmtree(path.parent, ignore_errors=True)
+    if "server" in _SERVER:
+        forkserver.stop(_SERVER.pop("server"))
 
 
 def _request(path: Path, entry: dict, deadline: float) -> float:
@@ -179,7 +151,13 @@ def run_all(runs: Mapping[str, Run], folder: Path, timeout: float = 1800, parts:
 
     folder.mkdir(parents=True, exist_ok=True)
     entries = {
-        name: {"args": list(r.args), "cwd": str(r.cwd), "env": dict(r.env), "out": str(folder / name)}
+        name: {
+            "args": list(r.args),
+            "cwd": str(r.cwd),
+            "env": dict(r.env),
+            "out": str(folder / name),
+            "own": r.own_workers,
+        }
         for name, r in runs.items()
     }
     waiting = [entries[name] for name, r in runs.items() if r.waits]
@@ -254,62 +232,13 @@ def _cpu() -> float:
     return own.ru_utime + own.ru_stime + children.ru_utime + children.ru_stime
 
 
-_WORKER_STUB = """\
-import json, os, socket, sys
-s = socket.socket(socket.AF_UNIX)
-s.connect(sys.argv[1])
-entry = {"bootstrap": sys.argv[2], "cwd": os.getcwd(), "env": dict(os.environ)}
-socket.send_fds(s, [json.dumps(entry).encode() + b"\\n"], [0, 1, 2])
-os.close(0)
-os.close(1)
-reported = b""
-while chunk := s.recv(1 << 16):
-    reported += chunk
-with open(sys.argv[3], "ab") as cpu:
-    cpu.write(reported)
-"""
-"""What a run starts for an xdist worker (``python -S -c STUB SOCKET BOOTSTRAP CPU_FILE``, no site packages): it hands
-its standard streams (execnet's pipes), folder and environment to the run server, which forks the worker from its
-pre-imported process (:func:`_worker`), waits until the server has reaped the worker (it then sends the worker's CPU
-seconds and closes the socket) and appends them to ``CPU_FILE``."""
-
-
-def _fork_xdist_workers(socket_path: str, cpu_file: Path) -> None:
-    """Have this run's xdist workers forked by the run server at ``socket_path`` instead of started as new
-    interpreters (about 1.4 CPU s each on the 2-core machine): execnet starts :data:`_WORKER_STUB` in their place,
-    with the same pipes, folder and environment; their CPU seconds are appended to ``cpu_file``. A worker spec that
-    names an interpreter is started as named."""
-    try:
-        from execnet import gateway_io
-    except ImportError:  # no xdist here: nothing to start
-        return
-    started = gateway_io.popen_args
-
-    def popen_args(spec: Any) -> list[str]:  # execnet's XSpec
-        if spec.python:
-            return started(spec)
-        return [sys.executable, "-S", "-c", _WORKER_STUB, socket_path, gateway_io.popen_bootstrapline, str(cpu_file)]
-
-    gateway_io.popen_args = popen_args
-
-
-def _enter(env: dict[str, str], cwd: str, first: str, base_path: list[str]) -> None:
-    """This forked process takes ``env``, the folder ``cwd`` and ``sys.path`` as ``python -m`` (``first``: the
-    folder) or ``python -c`` (``first``: ``""``) builds it, and imports anew everything but the server's packages."""
-    sys.modules.pop("tests", None)  # the server's own package: a run from another folder imports that folder's
-    os.environ.clear()
-    os.environ.update(env)
-    extra = [p for p in env.get("PYTHONPATH", "").split(os.pathsep) if p]
-    sys.path[:] = [first, *extra, *base_path]
-    os.chdir(cwd)
-
-
 def _run(entry: dict, base_path: list[str]) -> int:
     """Run ``entry`` in this (forked) process as ``python -m pytest ARGS`` from its folder; its exit status."""
     out = Path(entry["out"])
     out.mkdir(parents=True, exist_ok=True)
-    _enter(entry["env"], entry["cwd"], entry["cwd"], base_path)
-    _fork_xdist_workers(entry["socket"], out / WORKERS_CPU)
+    forkserver.enter(entry["env"], entry["cwd"], entry["cwd"], base_path)
+    if not entry["own"]:  # a run's -n N: workers forked by this server too
+        forkserver.fork_workers(entry["socket"], out / WORKERS_CPU)
     with open(out / "stdout", "wb") as stdout, open(out / "stderr", "wb") as stderr:
         os.dup2(stdout.fileno(), 1)
         os.dup2(stderr.fileno(), 2)
@@ -326,7 +255,7 @@ def _run(entry: dict, base_path: list[str]) -> int:
 
 
 WORKERS_CPU = "workers-cpu"
-"""A run's file of its forked xdist workers' CPU seconds, one line each (:data:`_WORKER_STUB`)."""
+"""A run's file of its forked xdist workers' CPU seconds, one line each (:data:`harness.forkserver.STUB`)."""
 
 
 def _child(conn: socket.socket, entry: dict, base_path: list[str]) -> NoReturn:
@@ -345,113 +274,33 @@ def _child(conn: socket.socket, entry: dict, base_path: list[str]) -> NoReturn:
         os._exit(0)
 
 
-def _worker(conn: socket.socket, entry: dict, fds: list[int], base_path: list[str]) -> NoReturn:
-    """A forked xdist worker: the stub's standard streams as its own, its folder, environment and ``sys.path`` (of
-    ``python -c``), then execnet's bootstrap line, as ``python -u -c BOOTSTRAP`` would run it. The server tells the
-    stub the worker's CPU seconds when it reaps it (:func:`_reap`)."""
-    conn.close()  # the server's copy stays open until then
-    try:
-        for target, fd in enumerate(fds):
-            os.dup2(fd, target)
-            os.close(fd)
-        _enter(entry["env"], entry["cwd"], "", base_path)
-        sys.argv = ["-c"]
-        sys.stdin = open(0, closefd=False)  # noqa: SIM115 - the process's own stream, for its life
-        sys.stdout = open(1, "w", buffering=1, closefd=False)  # noqa: SIM115
-        sys.stderr = open(2, "w", buffering=1, closefd=False)  # noqa: SIM115
-        exec(entry["bootstrap"], {"__name__": "__main__"})  # execnet's own bootstrap line
-    except BaseException:  # noqa: BLE001 - the worker's end, as in its own process
-        traceback.print_exc()
-    finally:
-        sys.stdout.flush()
-        sys.stderr.flush()
-        os._exit(0)
-
-
 ENDED = "ended"
 """A run's file of its process's exit status, written by the server when the run ended outside pytest."""
 
 
-def _reap(children: dict[int, str | socket.socket], block: bool) -> None:
-    """Wait for ended runs and workers (every one with ``block``). A run (its ``out`` folder) that has no exit status
-    of pytest gets its process's (:data:`ENDED`); a worker's stub (its connection) gets the worker's CPU seconds
-    (``wait4``'s, a worker killed by a signal included) and then the connection's end."""
-    for pid, held in list(children.items()):
-        done, status, usage = os.wait4(pid, 0 if block else os.WNOHANG)
-        if not done:
-            continue
-        del children[pid]
-        if isinstance(held, socket.socket):
-            with contextlib.suppress(OSError):  # a stub killed with its run
-                held.sendall(f"{usage.ru_utime + usage.ru_stime:.3f}\n".encode())
-            held.close()
-        elif not (Path(held) / "returncode").exists():
-            # written whole, then renamed, as the client polls for it; not with harness.records.write_json: the server
-            # imports none of the suite's modules, which every run it forks imports afresh
-            (Path(held) / f"{ENDED}.new").write_text(str(os.waitstatus_to_exitcode(status)))
-            os.replace(Path(held) / f"{ENDED}.new", Path(held) / ENDED)
+class _Runs:
+    """The server's runs (:class:`harness.forkserver.Runs`): each a forked :func:`_child`; one that ended outside
+    pytest gets its process's exit status (:data:`ENDED`)."""
+
+    def run(self, conn: socket.socket, entry: dict, base_path: list[str]) -> NoReturn:
+        _child(conn, entry, base_path)
+
+    def ended(self, entry: dict, status: int) -> None:
+        out = Path(entry["out"])
+        if not (out / "returncode").exists():
+            # written whole, then renamed, as the client polls for it; not with harness.records.write_json: the
+            # server holds none of the suite's modules but this one, which every run it forks imports afresh
+            (out / f"{ENDED}.new").write_text(str(status))
+            os.replace(out / f"{ENDED}.new", out / ENDED)
 
 
 def main(argv: list[str] | None = None) -> int:
-    """``python -m tests.batch SOCKET PARENT``: import torch, Hypothesis and pytest, listen on ``SOCKET`` and fork a
-    run per request (a JSON line: ``args``, ``cwd``, ``env``, ``out``) until a ``null`` line or until the process
-    ``PARENT`` (the xdist worker that started the server) is gone."""
+    """``python -m tests.batch SOCKET PARENT``: a :mod:`harness.forkserver` server that also forks a run per request
+    without file descriptors (a JSON line: ``args``, ``cwd``, ``env``, ``out``), until a ``null`` line or until the
+    process ``PARENT`` (the xdist worker that started the server) is gone."""
     path, parent = (argv or sys.argv[1:])[:2]
-    import hypothesis  # noqa: F401 - imported once, shared by every run
-    import torch  # noqa: F401
-
-    here = os.getcwd()
-    own_path = [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p]
-    base_path = [p for p in sys.path if p not in (here, "", *own_path)]
-    # what is alive now stays alive and unchanged in every run: out of the cyclic collector's sight, so the runs'
-    # collections neither scan nor write to (and so copy) these pages
-    gc.collect()
-    gc.freeze()
-    listener = socket.socket(socket.AF_UNIX)
-    listener.bind(path + ".new")
-    listener.listen(64)
-    os.rename(path + ".new", path)  # the client waits for the socket to appear: it appears listening
-    listener.settimeout(0.02)  # an ended run is reaped (and its exit status recorded) within 20 ms
-    children: dict[int, str | socket.socket] = {}  # pid -> a run's out folder, or a worker's stub connection
-    while True:
-        _reap(children, block=False)
-        try:
-            conn, _ = listener.accept()
-        except TimeoutError:
-            if os.getppid() != int(parent):
-                break
-            continue
-        conn.settimeout(None)
-        data, fds, _, _ = socket.recv_fds(conn, 1 << 16, 3)
-        while data and not data.endswith(b"\n"):
-            more = conn.recv(1 << 16)
-            if not more:
-                break
-            data += more
-        entry = json.loads(data or b"null")
-        if entry is None:
-            conn.close()
-            break
-        pid = os.fork()
-        if pid == 0:
-            listener.close()
-            for held in children.values():  # other workers' stubs: their connections end when the server closes them
-                if isinstance(held, socket.socket):
-                    held.close()
-            if fds:
-                _worker(conn, entry, fds, base_path)
-            _child(conn, {**entry, "socket": path}, base_path)
-        for fd in fds:  # the worker's pipes: only it holds them, so its end closes them
-            os.close(fd)
-        if fds:
-            children[pid] = conn  # the stub waits on it for the worker's CPU seconds (_reap)
-        else:
-            children[pid] = entry["out"]
-            conn.close()
-    listener.close()
-    os.unlink(path)
-    _reap(children, block=True)
-    return 0
+    # Hypothesis too: about 0.1 CPU s of each of the self-tests' runs (whose output ignores the rewrite warnings)
+    return forkserver.serve(path, int(parent), _Runs(), ("hypothesis", *forkserver.PRELOADED))
 
 
 if __name__ == "__main__":

@@ -52,14 +52,20 @@ def test_auto_worker_count_is_the_core_count(monkeypatch: pytest.MonkeyPatch) ->
 
 def test_describe_summarises_the_records() -> None:
     records = [
-        {"worker": "gw0", "threads": 2, "cores": 16, "startup_s": 4.0},
-        {"worker": "gw1", "threads": 2, "cores": 16, "startup_s": 6.0},
+        {"worker": "gw0", "threads": 2, "cores": 16, "startup_s": 4.0, "forked": True},
+        {"worker": "gw1", "threads": 2, "cores": 16, "startup_s": 6.0, "forked": False},
     ]
-    line = workers.describe(records)
-    assert (
-        line
-        == "2 process(es) x 2 torch thread(s) on 16 usable core(s); start-up to first test: median 5.0 s, max 6.0 s"
+    assert workers.describe(records) == (
+        "2 process(es) x 2 torch thread(s) on 16 usable core(s), 1 forked from a pre-imported process; "
+        "start-up to first test: median 5.0 s, max 6.0 s"
     )
+    unforked = [{**r, "forked": False} for r in records]
+    assert workers.describe(unforked) == (
+        "2 process(es) x 2 torch thread(s) on 16 usable core(s), started as new interpreters; "
+        "start-up to first test: median 5.0 s, max 6.0 s"
+    )
+    main = {"worker": "main", "threads": 2, "cores": 2, "startup_s": None, "forked": False}
+    assert workers.describe([main]) == "1 process(es) x 2 torch thread(s) on 2 usable core(s)"
     assert workers.describe([]) is None
 
 

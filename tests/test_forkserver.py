@@ -1,0 +1,102 @@
+"""Self-tests of :mod:`harness.forkserver`: a ``-n 2`` run's workers are forked by the fork server its controller
+starts (and are new interpreters under ``FP4_FORK_WORKERS=0``), each with the run's environment and folder and a
+record that says which; a stub whose server is gone starts its worker as execnet would have, saying why; a server
+that cannot start is one error with its output."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from harness import forkserver, workers
+from tests import batch
+
+ROOT = Path(__file__).resolve().parent.parent
+
+PROBE = """\
+import os, pathlib
+
+import pytest
+
+
+@pytest.mark.parametrize("i", range(4))
+def test_worker(worker_id, i):
+    parent = pathlib.Path(f"/proc/{os.getppid()}/cmdline").read_bytes().split(b"\\0")
+    pathlib.Path(os.environ["FP4_PARENT_LOG"], worker_id).write_text(repr(parent))
+    assert os.environ["FP4_FORK_PROBE"] == "seen" and pathlib.Path.cwd() == pathlib.Path(__file__).parent
+    assert "FP4_FORKED_WORKER" not in os.environ  # read into the record, not left for the test's subprocesses
+"""
+
+SWITCH = {"forked": "1", "interpreters": "0"}
+"""The two runs: ``FP4_FORK_WORKERS`` of each."""
+
+
+def make_runs(folder: Path) -> dict[str, batch.Run]:
+    """:data:`PROBE` under ``-n 2`` from its own folder, with the fork server on and off; each run starts its
+    workers itself (``own_workers``), as outside the self-tests' batch."""
+    runs = {}
+    for name, switch in SWITCH.items():
+        here = folder / name
+        (here / "parents").mkdir(parents=True)
+        (here / "test_probe.py").write_text(PROBE)
+        env = batch.with_path(batch.suite_env(FP4_FORK_PROBE="seen", FP4_PARENT_LOG=str(here / "parents")), ROOT) | {
+            forkserver.ENV_SWITCH: switch
+        }
+        runs[name] = batch.Run(
+            [str(here / "test_probe.py"), "-p", "harness.plugin", "-p", "harness.workers", "-p", "harness.scheduling",
+             "-p", "no:cacheprovider", "-q", "-n", "2", "--results", str(here / "results"), "--rootdir", str(here)],
+            cwd=here, env=env, own_workers=True,
+        )  # fmt: skip
+    return runs
+
+
+@pytest.fixture(scope="module")
+def runs(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, dict[str, batch.Ran]]:
+    """:func:`make_runs`' results, run once per session."""
+    return batch.shared(tmp_path_factory, "forkserver", make_runs)
+
+
+@pytest.mark.parametrize(
+    "name",
+    # the first runs the module's batch (the other reads it): only it is marked long
+    [pytest.param("forked", marks=pytest.mark.long(8)), pytest.param("interpreters", marks=pytest.mark.late)],
+)
+def test_workers_are_forked_unless_switched_off(runs: tuple[Path, dict[str, batch.Ran]], name: str) -> None:
+    result, here = runs[1][name], runs[0] / name
+    assert result.returncode == 0 and "4 passed" in result.stdout, result.stdout[-3000:] + result.stderr[-2000:]
+    parents = {p.name: p.read_text() for p in (here / "parents").iterdir()}
+    assert parents and set(parents) <= {"gw0", "gw1"}, parents
+    forked = name == "forked"
+    assert all(("harness.forkserver" in parent) is forked for parent in parents.values()), parents
+    assert [r["forked"] for r in workers.read_records(here / "results")] == [forked, forked]
+    said = "2 forked from a pre-imported process" if forked else "started as new interpreters"
+    assert said in result.stdout, result.stdout[-3000:]
+
+
+def test_a_stub_without_its_server_starts_the_worker_itself(tmp_path: Path) -> None:
+    fallback = [sys.executable, "-c", "import sys; print('started as', sys.argv[1:])", "worker"]
+    spec = {
+        "socket": str(tmp_path / "gone"),
+        "bootstrap": "",
+        "cpu_file": "",
+        "nobytecode": False,
+        "python": sys.executable,
+        "fallback": fallback,
+    }
+    ran = subprocess.run(
+        [sys.executable, "-S", "-c", forkserver.STUB, json.dumps(spec)], capture_output=True, text=True, timeout=60
+    )
+    assert ran.returncode == 0 and ran.stdout == "started as ['worker']\n", ran
+    assert "fp4 fork server: [Errno 2] No such file or directory" in ran.stderr
+    assert "this xdist worker starts as a new interpreter" in ran.stderr
+
+
+def test_a_server_that_cannot_start_is_one_error_with_its_output(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("PYTHONPATH", os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")])))
+    with pytest.raises(RuntimeError, match=r"the fork server tests\.no_such_module did not start: .*No module named"):
+        forkserver.start(module="tests.no_such_module")
