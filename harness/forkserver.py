@@ -318,11 +318,16 @@ def serve(path: str, parent: int, runs: Runs | None = None, preload: tuple[str, 
     return 0
 
 
-def main(argv: list[str] | None = None) -> int:
-    """``python -m harness.forkserver SOCKET PARENT``: a fork server for the xdist controller ``PARENT``."""
+def main(argv: list[str] | None = None) -> NoReturn:
+    """``python -m harness.forkserver SOCKET PARENT``: a fork server for the xdist controller ``PARENT``. It ends
+    without tearing down its interpreter (torch's modules and objects: about half a second on a GPU host, which
+    the controller would wait for at the end of every run); its children have ended by then."""
     path, parent = (argv or sys.argv[1:])[:2]
-    return serve(path, int(parent))
+    status = serve(path, int(parent))
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(status)
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    main()
