@@ -97,6 +97,17 @@ def drivers(runs: int, workers: int) -> int:
     return max(1, min(4, workers // 4, runs))
 
 
+def workers_run(module: Path, workers: int, env: Mapping[str, str], own_workers: bool = False) -> Run:
+    """``python -m pytest MODULE -n WORKERS`` from the module's folder (its rootdir, results in ``results/`` there),
+    with the suite's plugins loaded by ``-p`` (the module's folder has no conftest) and no cache."""
+    here = module.parent
+    return Run(
+        [str(module), "-p", "harness.plugin", "-p", "harness.workers", "-p", "harness.scheduling",
+         "-p", "no:cacheprovider", "-q", "-n", str(workers), "--results", str(here / "results"), "--rootdir", str(here)],
+        cwd=here, env=env, own_workers=own_workers,
+    )  # fmt: skip
+
+
 # --- the client: one xdist worker's side -------------------------------------------------------------------
 
 _SERVER: dict[str, forkserver.Server] = {}

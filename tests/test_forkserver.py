@@ -47,11 +47,7 @@ def make_runs(folder: Path) -> dict[str, batch.Run]:
         env = batch.with_path(batch.suite_env(FP4_FORK_PROBE="seen", FP4_PARENT_LOG=str(here / "parents")), ROOT) | {
             forkserver.ENV_SWITCH: switch
         }
-        runs[name] = batch.Run(
-            [str(here / "test_probe.py"), "-p", "harness.plugin", "-p", "harness.workers", "-p", "harness.scheduling",
-             "-p", "no:cacheprovider", "-q", "-n", "2", "--results", str(here / "results"), "--rootdir", str(here)],
-            cwd=here, env=env, own_workers=True,
-        )  # fmt: skip
+        runs[name] = batch.workers_run(here / "test_probe.py", 2, env, own_workers=True)
     return runs
 
 

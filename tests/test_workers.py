@@ -111,11 +111,7 @@ def make_runs(folder: Path) -> dict[str, batch.Run]:
         )
         if user_threads:
             env["OMP_NUM_THREADS"] = user_threads
-        runs[name] = batch.Run(
-            [str(here / "test_order.py"), "-p", "harness.plugin", "-p", "harness.workers", "-p", "harness.scheduling",
-             "-p", "no:cacheprovider", "-q", "-n", str(n), "--results", str(here / "results"), "--rootdir", str(here)],
-            cwd=here, env=env,
-        )  # fmt: skip
+        runs[name] = batch.workers_run(here / "test_order.py", n, env)
     return runs
 
 
