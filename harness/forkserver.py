@@ -41,6 +41,7 @@ import sys
 import tempfile
 import time
 import traceback
+import types
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -214,7 +215,8 @@ def _worker(conn: socket.socket, entry: dict, fds: list[int], base_path: list[st
         sys.stdin = open(0, closefd=False)  # noqa: SIM115 - the process's own stream, for its life
         sys.stdout = open(1, "w", buffering=1, closefd=False)  # noqa: SIM115
         sys.stderr = open(2, "w", buffering=1, closefd=False)  # noqa: SIM115
-        exec(entry["bootstrap"], {"__name__": "__main__"})  # execnet's own bootstrap line
+        main = sys.modules["__main__"] = types.ModuleType("__main__")  # python -c's: no file (not the server's)
+        exec(entry["bootstrap"], main.__dict__)  # execnet's own bootstrap line
     except BaseException:  # noqa: BLE001 - the worker's end, as in its own process
         traceback.print_exc()
     finally:

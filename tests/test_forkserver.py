@@ -19,7 +19,7 @@ from tests import batch
 ROOT = Path(__file__).resolve().parent.parent
 
 PROBE = """\
-import os, pathlib
+import os, pathlib, sys
 
 import pytest
 
@@ -30,6 +30,7 @@ def test_worker(worker_id, i):
     pathlib.Path(os.environ["FP4_PARENT_LOG"], worker_id).write_text(repr(parent))
     assert os.environ["FP4_FORK_PROBE"] == "seen" and pathlib.Path.cwd() == pathlib.Path(__file__).parent
     assert "FP4_FORKED_WORKER" not in os.environ  # read into the record, not left for the test's subprocesses
+    assert not hasattr(sys.modules["__main__"], "__file__")  # python -c's main module, not the server's
 """
 
 SWITCH = {"forked": "1", "interpreters": "0"}
