@@ -8,7 +8,8 @@ first run, worker start-up (spawn to first test, median and maximum), outcome co
 every test's outcome and example count equal the first run's, the CPU seconds it used (pytest and its
 workers, user + system) and the host's one-minute load average at its start. The last row is ``-n auto``.
 Also listed: for the last run, when each process's last test ended (min, median, maximum) and the tests
-that ended last, which show what a many-worker run waits for at its end; the slowest properties' examples
+that ended last, which show what a many-worker run waits for at its end, and the tests that took the most beyond the
+seconds they were dealt by (the run before stored them); the slowest properties' examples
 per second in the first run. Written as ``scaling.md`` and ``scaling.json`` under ``--out``, with each
 run's JUnit XML (``junit-WORKERS.xml``; a count given twice, as in ``--workers auto,auto``, names its second
 run ``WORKERS-2``). On a GPU host the kernel properties (markers ``cuda``, ``sm90``,
@@ -101,6 +102,34 @@ def costliest(junit: Path, n: int = 10) -> list[tuple[str, float, float]]:
         if cpu is not None:
             cases.append((f"{c.get('classname')}::{c.get('name')}", round(cpu, 1), round(float(c.get("time") or 0), 1)))
     return sorted(cases, key=lambda c: -c[1])[:n]
+
+
+def timed(junit: Path) -> dict[str, tuple[float, str | None]]:
+    """``{test: (seconds, worker)}`` of a JUnit XML report (the ``worker`` property, :mod:`harness.workers`)."""
+    result = {}
+    for c in ET.parse(junit).iter("testcase"):
+        worker = next((p.get("value") for p in c.iter("property") if p.get("name") == "worker"), None)
+        result[f"{c.get('classname')}::{c.get('name')}"] = (float(c.get("time") or 0), worker)
+    return result
+
+
+def slower_than_dealt(
+    ran: dict[str, tuple[float, str | None]], dealt: dict[str, tuple[float, str | None]], n: int = 5, over: float = 1.0
+) -> list[list[Any]]:
+    """The ``n`` tests of a run that took the most seconds beyond those it was dealt by (``dealt``: the run before
+    it, whose durations it read from the cache), at least ``over`` more: ``[test, worker, dealt s, took s]``.
+
+    A test that is the first in its process to need what, in the run before, an earlier test of the same process had
+    built (a layer, its reference outputs, a library's import) takes longer than it took there; dealt as short, it
+    can end a many-worker run late."""
+    excess = [
+        (took - dealt[name][0], name, worker, dealt[name][0], took)
+        for name, (took, worker) in ran.items()
+        if name in dealt and took - dealt[name][0] >= over
+    ]
+    return [
+        [name, worker, round(before, 2), round(took, 2)] for _, name, worker, before, took in sorted(excess)[::-1][:n]
+    ]
 
 
 NO_ENDS: dict[str, list[Any]] = {"worker_ends_s": [], "last_tests": []}
@@ -217,6 +246,7 @@ def run_once(
             "longest": longest(junit) if junit.exists() else [],
             "costliest": costliest(junit) if junit.exists() else [],
             "ends": tail(junit) if junit.exists() else NO_ENDS,
+            "times": timed(junit) if junit.exists() else {},
             "dealt_by": dealt_by(proc.stdout),
             "examples": {node: s["examples"] for node, s in stats.items()},
             "stats": stats,
@@ -234,8 +264,9 @@ def row_names(labels: list[str]) -> list[str]:
     return names
 
 
-def row(label: str, run: dict[str, Any], first: dict[str, Any]) -> dict[str, Any]:
-    """The report's row for one run, compared with the first."""
+def row(label: str, run: dict[str, Any], first: dict[str, Any], before: dict[str, Any] | None = None) -> dict[str, Any]:
+    """The report's row for one run, compared with the first (and, where it was dealt by stored seconds, with the
+    run ``before`` it, which stored them)."""
     startups = [r["startup_s"] for r in run["records"] if r.get("startup_s") is not None]
     counts = {k: list(run["outcomes"].values()).count(k) for k in ("passed", "failed", "skipped")}
     return {
@@ -254,6 +285,7 @@ def row(label: str, run: dict[str, Any], first: dict[str, Any]) -> dict[str, Any
         "costliest_tests_cpu_s": run.get("costliest", []),
         **run.get("ends", NO_ENDS),
         "dealt_by": run.get("dealt_by"),
+        "slower_than_dealt": slower_than_dealt(run.get("times", {}), before.get("times", {})) if before else [],
         "failed_tests": sorted(k for k, v in run["outcomes"].items() if v == "failed"),
         "same_results": run["outcomes"] == first["outcomes"] and run["examples"] == first["examples"],
     }
@@ -356,6 +388,17 @@ def markdown(report: dict[str, Any]) -> str:
         out += [
             f"- `{name}` ({worker}): started at {at} s, took {took} s" for name, worker, at, took in last["last_tests"]
         ]
+    if last.get("slower_than_dealt"):
+        out += [
+            "",
+            f"Tests at `-n {last['workers']}` that took the most beyond the seconds they were dealt by (often the first "
+            "test in its process to need what an earlier test of the same process had built in the run before):",
+            "",
+        ]
+        out += [
+            f"- `{name}` ({worker}): dealt as {dealt} s, took {took} s"
+            for name, worker, dealt, took in last["slower_than_dealt"]
+        ]
     if last.get("costliest_tests_cpu_s"):
         out += ["", f"Tests using the most CPU at `-n {last['workers']}` (with the subprocesses they waited for):", ""]
         out += ["| test | CPU s | wall s |", "|---|---|---|"]
@@ -409,14 +452,21 @@ def main(argv: list[str] | None = None) -> int:
     }
     names = row_names(labels)
     runs: dict[str, dict[str, Any]] = {}
+    before: dict[str, str] = {}  # a row -> the row run just before it, whose stored durations dealt it
     cache = args.out.resolve() / "pytest-cache"  # the rows' own pytest cache, empty at the start
     shutil.rmtree(cache, ignore_errors=True)
     # the first count, then the largest first, so that a run cut short still has the widest row
     for i in [0, *reversed(range(1, len(labels)))]:
+        if runs:
+            before[names[i]] = list(runs)[-1]
         runs[names[i]] = run_once(labels[i], args.targets, args.profile, args.threads, root, cache, args.out, names[i])
         print(f"-n {labels[i]}: {runs[names[i]]['wall_s']:.1f} s", file=sys.stderr, flush=True)
         first = runs[names[0]]
-        report["runs"] = [row(name, runs[name], first) for name in names if name in runs]
+        report["runs"] = [
+            row(name, runs[name], first, runs[before[name]] if name in before else None)
+            for name in names
+            if name in runs
+        ]
         report["slowest"] = slowest(first)
         report["errors"] = {name: run["tail"] for name, run in runs.items() if run["tail"]}
         write(report, args.out)

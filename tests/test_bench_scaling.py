@@ -44,7 +44,7 @@ def test_outcomes_from_junit(tmp_path: Path) -> None:
     }
 
 
-def _run(wall: float, outcome: str = "passed", examples: int = 25) -> dict:
+def _run(wall: float, outcome: str = "passed", examples: int = 25, took: float = 2.0) -> dict:
     return {
         "wall_s": wall,
         "cpu_s": 2 * wall,
@@ -57,12 +57,17 @@ def _run(wall: float, outcome: str = "passed", examples: int = 25) -> dict:
         "examples": {"t::a": examples},
         "stats": {"t::a": {"examples": examples, "seconds": 2.0}},
         "dealt_by": scaling.dealt_by("2 passed\n" + scheduling.dealing(1, 1) + "\n"),
+        "times": {"t::a": (took, "gw0")},
     }
 
 
 def test_rows_compare_with_the_first_run_and_render() -> None:
     first = _run(100.0)
-    same, other = scaling.row("4", _run(25.0), first), scaling.row("auto", _run(20.0, examples=24), first)
+    same, other = (
+        scaling.row("4", _run(25.0), first),
+        scaling.row("auto", _run(20.0, examples=24, took=9.5), first, first),
+    )
+    assert same["slower_than_dealt"] == [] and other["slower_than_dealt"] == [["t::a", "gw0", 2.0, 9.5]]
     assert same["speedup"] == 4.0 and same["same_results"] and same["startup_median_s"] == 3.0
     assert not other["same_results"], "a different example count is a different result"
     report = {
@@ -85,6 +90,7 @@ def test_rows_compare_with_the_first_run_and_render() -> None:
     assert "| `t::a` | 3.5 | 2.0 |" in text  # the most CPU: test, CPU s, wall s
     assert "ended 20.0 / 22.5 / 25.0 s (min / median / max)" in text
     assert "- `t::a` (gw3): started at 15.0 s, took 10.0 s" in text
+    assert "- `t::a` (gw0): dealt as 2.0 s, took 9.5 s" in text
 
 
 def test_the_dealing_cell_reads_the_scheduler_s_line() -> None:
@@ -122,6 +128,16 @@ def test_each_test_reports_its_cpu_seconds() -> None:
         hook.send(SimpleNamespace(get_result=lambda: report))
     props = dict(report.user_properties)
     assert props["cpu_s"] >= 0.25 and props["worker"] == "main" and props["ended_s"] > 0
+
+
+def test_slower_than_dealt_names_the_tests_that_outran_their_stored_seconds(tmp_path: Path) -> None:
+    before = scaling.timed(_junit(tmp_path / "before.xml", [("a", 0.05, {}), ("b", 3.0, {}), ("c", 1.0, {})]))
+    ran = [("a", 7.6, {"worker": "gw7"}), ("b", 3.5, {"worker": "gw1"}), ("c", 2.5, {"worker": "gw2"}), ("d", 9.0, {})]
+    after = scaling.timed(_junit(tmp_path / "after.xml", ran))
+    assert after["t::a"] == (7.6, "gw7") and after["t::d"] == (9.0, None)
+    # b is 0.5 s over (under the 1 s threshold); d was not in the run before
+    assert scaling.slower_than_dealt(after, before) == [["t::a", "gw7", 0.05, 7.6], ["t::c", "gw2", 1.0, 2.5]]
+    assert scaling.slower_than_dealt(after, before, n=1) == [["t::a", "gw7", 0.05, 7.6]]
 
 
 def test_tail_names_the_tests_that_ended_last(tmp_path: Path) -> None:
