@@ -83,12 +83,9 @@ def outcomes(junit: Path) -> dict[str, str]:
     return result
 
 
-def longest(junit: Path, n: int = 10) -> list[tuple[str, float]]:
-    """The ``n`` longest tests of a JUnit XML report: with many workers they bound the wall time."""
-    cases = [
-        (f"{c.get('classname')}::{c.get('name')}", float(c.get("time") or 0)) for c in ET.parse(junit).iter("testcase")
-    ]
-    return [(name, round(t, 1)) for name, t in sorted(cases, key=lambda c: -c[1])[:n]]
+def longest(times: dict[str, tuple[float, str | None]], n: int = 10) -> list[tuple[str, float]]:
+    """The ``n`` longest tests of a run (``times``: :func:`timed`): with many workers they bound the wall time."""
+    return [(name, round(t, 1)) for name, (t, _) in sorted(times.items(), key=lambda c: -c[1][0])[:n]]
 
 
 def costliest(junit: Path, n: int = 10) -> list[tuple[str, float, float]]:
@@ -232,6 +229,7 @@ def run_once(
         for path in results.glob("stats-*.json"):
             stats.update(json.loads(path.read_text()))
         junit = results / "junit.xml"
+        times = timed(junit) if junit.exists() else {}
         if junit.exists() and out is not None:
             out.mkdir(parents=True, exist_ok=True)
             shutil.copy(junit, out / f"junit-{name or workers}.xml")
@@ -243,10 +241,10 @@ def run_once(
             "load": load,
             "records": records,
             "outcomes": outcomes(junit) if junit.exists() else {},
-            "longest": longest(junit) if junit.exists() else [],
+            "longest": longest(times),
             "costliest": costliest(junit) if junit.exists() else [],
             "ends": tail(junit) if junit.exists() else NO_ENDS,
-            "times": timed(junit) if junit.exists() else {},
+            "times": times,
             "dealt_by": dealt_by(proc.stdout),
             "examples": {node: s["examples"] for node, s in stats.items()},
             "stats": stats,

@@ -9,7 +9,7 @@ from __future__ import annotations
 import enum
 import math
 from collections.abc import Callable
-from dataclasses import dataclass, fields, replace
+from dataclasses import dataclass, replace
 
 import torch
 from hypothesis import currently_in_test_context, reject
@@ -210,8 +210,7 @@ def routed_experts(
     (the kernel properties': :func:`adapters.calls.kernel_device`): fp32 ``(w13 [n, F·I, H], w2 [n, H, I], slots
     [T·k])``, ``slots`` the experts renumbered ``0..n-1`` in slot order (slot ``t·k + j`` reads expert ``ids[t, j]``)."""
     used, _, local = routed_experts_only(w, ids)
-    tensors = {f.name: getattr(used, f.name) for f in fields(used)}
-    on_device = replace(used, **{name: t.to(device) for name, t in tensors.items() if isinstance(t, torch.Tensor)})
+    on_device = replace(used, **{name: t.to(device) for name in TENSORS if (t := getattr(used, name)) is not None})
     ones = torch.ones(used.w13.shape[0], device=device)
     w13, w2 = dequantize_moe(on_device, ones, ones)
     return w13, w2, local.reshape(-1).to(device)

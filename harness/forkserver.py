@@ -129,10 +129,10 @@ def forking() -> bool:
     return hasattr(gateway_io.popen_args, "fork_server")
 
 
-def enabled(env: dict[str, str] | os._Environ[str] = os.environ) -> bool:
+def enabled() -> bool:
     """Whether workers are forked here: Linux (``fork`` and Unix sockets that pass file descriptors) and
-    :data:`ENV_SWITCH` not ``0``."""
-    return sys.platform.startswith("linux") and env.get(ENV_SWITCH, "1") != "0"
+    :data:`ENV_SWITCH` not ``0`` in this process's environment."""
+    return sys.platform.startswith("linux") and os.environ.get(ENV_SWITCH, "1") != "0"
 
 
 @dataclass(frozen=True)
