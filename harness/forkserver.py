@@ -17,7 +17,8 @@ for it, and a fresh import of every module but the server's preloads (the suite'
 its record. Workers of specs that name an interpreter (``--tx popen//python=...``) or another host start as
 execnet starts them. A stub whose server is gone says why on its standard error and execs ``python -u -c
 BOOTSTRAP``, as execnet would have; a server that cannot start is a warning, and the workers start as new
-interpreters (:mod:`harness.workers`).
+interpreters (:mod:`harness.workers`). A forked worker's self-tests start their own run server
+(``tests/batch.py``) through the same server, which forks it as it forks a worker (:func:`start`'s ``via``).
 
 GPUs: torch initialises CUDA and HIP lazily, at first use; the server never uses a device, so each worker
 initialises its own after the fork, after :mod:`harness.devices` has pinned it (the same reason that makes
@@ -34,6 +35,7 @@ import gc
 import importlib
 import json
 import os
+import select
 import shutil
 import socket
 import subprocess
@@ -51,7 +53,8 @@ ENV_SWITCH = "FP4_FORK_WORKERS"
 """``0`` in the controller's environment starts xdist workers as new interpreters (the fork server is off)."""
 
 FORKED = "FP4_FORKED_WORKER"
-"""Set to ``1`` in a forked worker's environment (:func:`_worker`)."""
+"""Set in a forked worker's environment to its server's socket (:func:`_worker`); :mod:`harness.workers` takes it out,
+and a worker's self-tests start their run server through it (:func:`start`'s ``via``)."""
 
 STARTUP_S = 60.0
 """Seconds :func:`start` waits for a new server's socket (it binds before it imports anything heavy)."""
@@ -143,10 +146,15 @@ class Server:
     process: subprocess.Popen[bytes]
 
 
-def start(module: str = "harness.forkserver") -> Server:
+def start(module: str = "harness.forkserver", via: str | None = None) -> Server:
     """Start a fork server for this process, ``python -m MODULE SOCKET PID`` (it ends when this process does, or at
     :func:`stop`); returns once its socket exists, before its imports (requests that come meanwhile wait in its
     queue). Raises :class:`RuntimeError` with the server's output if it ends first or takes :data:`STARTUP_S`.
+
+    ``via``: the socket of a running fork server (the one that forked this xdist worker) that forks the new server
+    as it forks a worker (:data:`STUB`, whose process is the returned one), so that it starts with that server's
+    imports instead of its own; ``MODULE`` is imported afresh in it. The stub execs ``python -m MODULE`` where that
+    server is gone.
 
     The socket lies in a new folder of the system's temporary folder (a Unix socket's path may hold about 100
     bytes; pytest's folders can be longer)."""
@@ -154,11 +162,19 @@ def start(module: str = "harness.forkserver") -> Server:
     env = {k: v for k, v in os.environ.items() if k != "PYTEST_XDIST_WORKER"}
     root = str(Path(__file__).resolve().parent.parent)  # the folder that holds this package
     env["PYTHONPATH"] = os.pathsep.join(filter(None, [root, env.get("PYTHONPATH")]))
+    command = [sys.executable, "-m", module, str(path), str(os.getpid())]
+    if via is not None:
+        spec = {
+            "socket": via,
+            "bootstrap": f"from {module} import main; main({[str(path), str(os.getpid())]!r})",
+            "cpu_file": "",
+            "nobytecode": False,
+            "python": sys.executable,
+            "fallback": command,
+        }
+        command = [sys.executable, "-S", "-c", STUB, json.dumps(spec)]
     with open(path.parent / "server.log", "wb") as log:
-        process = subprocess.Popen(
-            [sys.executable, "-m", module, str(path), str(os.getpid())],
-            cwd=root, env=env, stdin=subprocess.DEVNULL, stdout=log, stderr=log,
-        )  # fmt: skip
+        process = subprocess.Popen(command, cwd=root, env=env, stdin=subprocess.DEVNULL, stdout=log, stderr=log)
     deadline = time.monotonic() + STARTUP_S
     while not path.exists():
         if process.poll() is not None or time.monotonic() > deadline:
@@ -201,15 +217,18 @@ def enter(env: dict[str, str], cwd: str, first: str, base_path: list[str]) -> No
     os.chdir(cwd)
 
 
-def _worker(conn: socket.socket, entry: dict, fds: list[int], base_path: list[str]) -> NoReturn:
-    """A forked xdist worker: the stub's standard streams as its own, its folder, environment and ``sys.path`` (of
-    ``python -c``), then execnet's bootstrap line, as ``python -u -c BOOTSTRAP`` would run it."""
+def _worker(conn: socket.socket, entry: dict, fds: list[int], base_path: list[str], server: str) -> NoReturn:
+    """A forked xdist worker (or server, :func:`start`'s ``via``) of the server at ``server``: the stub's standard
+    streams as its own, its folder, environment and ``sys.path`` (of ``python -c``), then execnet's bootstrap line,
+    as ``python -u -c BOOTSTRAP`` would run it; its exit status is that of a ``SystemExit`` it raises, else 0, or 1
+    after an uncaught exception."""
     conn.close()  # the server's copy stays open until the worker ends
+    status = 0
     try:
         for target, fd in enumerate(fds):
             os.dup2(fd, target)
             os.close(fd)
-        enter({**entry["env"], FORKED: "1"}, entry["cwd"], "", base_path)
+        enter({**entry["env"], FORKED: server}, entry["cwd"], "", base_path)
         sys.dont_write_bytecode = bool(entry.get("nobytecode"))
         sys.argv = ["-c"]
         sys.stdin = open(0, closefd=False)  # noqa: SIM115 - the process's own stream, for its life
@@ -217,12 +236,15 @@ def _worker(conn: socket.socket, entry: dict, fds: list[int], base_path: list[st
         sys.stderr = open(2, "w", buffering=1, closefd=False)  # noqa: SIM115
         main = sys.modules["__main__"] = types.ModuleType("__main__")  # python -c's: no file (not the server's)
         exec(entry["bootstrap"], main.__dict__)  # execnet's own bootstrap line
+    except SystemExit as exc:
+        status = exc.code if isinstance(exc.code, int) else 0 if exc.code is None else 1
     except BaseException:  # noqa: BLE001 - the worker's end, as in its own process
         traceback.print_exc()
+        status = 1
     finally:
         sys.stdout.flush()
         sys.stderr.flush()
-        os._exit(0)
+        os._exit(status)
 
 
 class Runs(Protocol):
@@ -251,15 +273,40 @@ def _reap(children: dict[int, tuple[dict, socket.socket | None]], runs: Runs | N
             runs.ended(entry, os.waitstatus_to_exitcode(status))
 
 
+def _gone(parent: int) -> Callable[[], bool]:
+    """A check of whether the process ``parent`` has ended: by this process's parent where ``parent`` is it (a server
+    it started), else by a pidfd of it (a server another server forked for it, :func:`start`'s ``via``), which
+    becomes readable when it ends, before it is reaped."""
+    if os.getppid() == parent:
+        return lambda: os.getppid() != parent
+    try:
+        pidfd = os.pidfd_open(parent)
+    except ProcessLookupError:
+        return lambda: True
+    except OSError:  # no pidfds (an old kernel, a sandbox): by signal 0, which an unreaped process still takes
+        return lambda: not _exists(parent)
+    return lambda: bool(select.select([pidfd], [], [], 0)[0])
+
+
+def _exists(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
 PRELOADED = ("pytest", "torch")
 """What a server imports for its workers. Not Hypothesis: pytest marks a plugin distribution's modules for assertion
 rewriting, and a worker that found them imported would warn that it cannot rewrite them."""
 
 
 def serve(path: str, parent: int, runs: Runs | None = None, preload: tuple[str, ...] = PRELOADED) -> int:
-    """Listen on ``path``, import ``preload``, then fork a worker per request that brings file descriptors (a
-    stub's) and hand the others to ``runs``, until a ``null`` line or until the process ``parent`` is gone; wait
-    for every child before returning."""
+    """Listen on ``path``, import ``preload`` (those not imported yet), then fork a worker per request that brings
+    file descriptors (a stub's) and hand the others to ``runs``, until a ``null`` line or until the process
+    ``parent`` is gone; wait for every child before returning."""
     listener = socket.socket(socket.AF_UNIX)
     listener.bind(path + ".new")
     listener.listen(256)
@@ -273,6 +320,7 @@ def serve(path: str, parent: int, runs: Runs | None = None, preload: tuple[str, 
     # children's collections neither scan nor write to (and so copy) these pages
     gc.collect()
     gc.freeze()
+    gone = _gone(parent)
     listener.settimeout(0.02)  # an ended child is reaped within 20 ms
     children: dict[int, tuple[dict, socket.socket | None]] = {}
     while True:
@@ -280,7 +328,7 @@ def serve(path: str, parent: int, runs: Runs | None = None, preload: tuple[str, 
         try:
             conn, _ = listener.accept()
         except TimeoutError:
-            if os.getppid() != parent:
+            if gone():
                 break
             continue
         conn.settimeout(None)
@@ -303,7 +351,7 @@ def serve(path: str, parent: int, runs: Runs | None = None, preload: tuple[str, 
                 if stub is not None:
                     stub.close()
             if fds:
-                _worker(conn, entry, fds, base_path)
+                _worker(conn, entry, fds, base_path, path)
             assert runs is not None
             runs.run(conn, {**entry, "socket": path}, base_path)
         for fd in fds:  # the worker's pipes: only it holds them, so its end closes them

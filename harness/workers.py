@@ -57,8 +57,8 @@ _THREADS = pytest.StashKey[int]()
 _SAVED_ENV = pytest.StashKey[dict[str, str | None]]()
 _CPU_AT_SETUP = pytest.StashKey[float]()
 _FORK_SERVER = pytest.StashKey[tuple[forkserver.Server, Callable[[], None]]]()
-_FORKED = [False]
-"""Whether this process is a worker forked by :mod:`harness.forkserver`."""
+_FORKED: list[str | None] = [None]
+"""The socket of the :mod:`harness.forkserver` server that forked this worker (None: not forked)."""
 
 
 def usable_cores(cpu_max: Path = _CGROUP_CPU_MAX) -> int:
@@ -111,7 +111,7 @@ def pytest_configure(config: pytest.Config) -> None:
     workerinput = getattr(config, "workerinput", None)
     if workerinput is not None:  # an xdist worker: size torch's pool before any test runs
         _STATE["run_start"] = workerinput.get("fp4_run_start")
-        _FORKED[0] = os.environ.pop(forkserver.FORKED, None) == "1"  # not for the processes its tests start
+        _FORKED[0] = os.environ.pop(forkserver.FORKED, None)  # not for the processes its tests start
         threads = workerinput.get("fp4_threads")
         if threads:
             import torch
@@ -213,6 +213,12 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo):
             report.user_properties.append(("ended_s", round(time.time() - _STATE["run_start"], 2)))
 
 
+def fork_server() -> str | None:
+    """The socket of the fork server that forked this xdist worker, or None; it forks other servers for the worker's
+    tests too (:func:`harness.forkserver.start`'s ``via``: ``tests/batch.py``'s run server)."""
+    return _FORKED[0]
+
+
 def worker_record(worker: str) -> dict[str, object]:
     """This process's sizing and start-up: ``worker``, ``threads``, ``cores``, ``startup_s``, ``forked``."""
     import torch
@@ -223,7 +229,7 @@ def worker_record(worker: str) -> dict[str, object]:
         "threads": torch.get_num_threads(),
         "cores": usable_cores(),
         "startup_s": None if start is None or first is None else round(first - start, 3),
-        "forked": _FORKED[0],
+        "forked": _FORKED[0] is not None,
     }
 
 

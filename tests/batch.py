@@ -5,7 +5,8 @@ A self-test that runs the suite end to end (``python -m pytest`` in a subprocess
 new interpreter and the imports of torch, Hypothesis and pytest, about 2.5 CPU seconds on the 2-core CPU
 machine, before pytest starts. :func:`server` starts, in a process that asks for runs (an xdist worker),
 one process that imports them and then waits on a Unix socket (a :mod:`harness.forkserver` server that also
-forks whole runs); each run is a ``fork()`` of it
+forks whole runs; in a worker forked by the run's fork server, that server forks this one too, so that it starts
+with torch and pytest imported); each run is a ``fork()`` of it
 (copy-on-write: the imports are shared, nothing else is), so a run costs its own work only.
 :func:`shared` runs a module's invocations once per pytest session (one process of the xdist workers asks
 for them; the others wait for and read its results), and each test asserts on its own run's exit status,
@@ -124,7 +125,9 @@ def server() -> Path:
     """This process's run server (its socket), started at the first call; every process (each xdist worker) has its
     own and stops it at the end of its session (:func:`stop_server`), so none waits on another's."""
     if "server" not in _SERVER:
-        _SERVER["server"] = forkserver.start(module="tests.batch")
+        from harness.workers import fork_server
+
+        _SERVER["server"] = forkserver.start(module="tests.batch", via=fork_server())
     return _SERVER["server"].path
 
 

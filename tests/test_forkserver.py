@@ -23,15 +23,55 @@ import os, pathlib, sys
 
 import pytest
 
+from tests import batch
+
+
+def parent_of(pid):
+    return int(pathlib.Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[1])
+
 
 @pytest.mark.parametrize("i", range(4))
 def test_worker(worker_id, i):
-    parent = pathlib.Path(f"/proc/{os.getppid()}/cmdline").read_bytes().split(b"\\0")
-    pathlib.Path(os.environ["FP4_PARENT_LOG"], worker_id).write_text(repr(parent))
+    controller = int(pathlib.Path("controller").read_text())
+    parent = os.getppid()
+    how = "new interpreter" if parent == controller else "forked by the run's server" if parent_of(parent) == controller else "neither"
+    pathlib.Path(os.environ["FP4_PARENT_LOG"], worker_id).write_text(how)
     assert os.environ["FP4_FORK_PROBE"] == "seen" and pathlib.Path.cwd() == pathlib.Path(__file__).parent
     assert "FP4_FORKED_WORKER" not in os.environ  # read into the record, not left for the test's subprocesses
     assert not hasattr(sys.modules["__main__"], "__file__")  # python -c's main module, not the server's
+
+
+def test_run_server(tmp_path):
+    (tmp_path / "test_inner.py").write_text(INNER)
+    try:
+        inner = batch.Run([str(tmp_path), "-q", "-p", "no:cacheprovider"], cwd=tmp_path, env=os.environ)
+        assert batch.run(inner, tmp_path / "out").returncode == 0
+    finally:
+        batch.stop_server()
+    server_parent = int((tmp_path / "server-parent").read_text())
+    how = {os.getpid(): "this worker's child", os.getppid(): "forked by the worker's server"}
+    pathlib.Path(os.environ["FP4_PARENT_LOG"], "run-server").write_text(how.get(server_parent, "neither"))
+
+
+INNER = '''
+import os, pathlib
+
+
+def test_parent():  # the run is the run server's child; the server's parent:
+    stat = pathlib.Path(f"/proc/{os.getppid()}/stat").read_text()
+    pathlib.Path("server-parent").write_text(stat.rsplit(")", 1)[1].split()[1])
+'''
 """
+
+CONFTEST = """\
+import os, pathlib
+
+
+def pytest_configure(config):
+    if not hasattr(config, "workerinput"):
+        pathlib.Path("controller").write_text(str(os.getpid()))
+"""
+"""The probe's folder's conftest: the run's controller writes its pid."""
 
 SWITCH = {"forked": "1", "interpreters": "0"}
 """The two runs: ``FP4_FORK_WORKERS`` of each."""
@@ -45,6 +85,7 @@ def make_runs(folder: Path) -> dict[str, batch.Run]:
         here = folder / name
         (here / "parents").mkdir(parents=True)
         (here / "test_probe.py").write_text(PROBE)
+        (here / "conftest.py").write_text(CONFTEST)
         env = batch.with_path(batch.suite_env(FP4_FORK_PROBE="seen", FP4_PARENT_LOG=str(here / "parents")), ROOT) | {
             forkserver.ENV_SWITCH: switch
         }
@@ -65,11 +106,15 @@ def runs(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, dict[str, batc
 )
 def test_workers_are_forked_unless_switched_off(runs: tuple[Path, dict[str, batch.Ran]], name: str) -> None:
     result, here = runs[1][name], runs[0] / name
-    assert result.returncode == 0 and "4 passed" in result.stdout, result.stdout[-3000:] + result.stderr[-2000:]
+    assert result.returncode == 0 and "5 passed" in result.stdout, result.stdout[-3000:] + result.stderr[-2000:]
     parents = {p.name: p.read_text() for p in (here / "parents").iterdir()}
-    assert list(parents) == ["gw0"], parents
     forked = name == "forked"
-    assert ("harness.forkserver" in parents["gw0"]) is forked, parents
+    # the worker, and its self-tests' run server (tests/batch.py), forked by the run's server or started as new
+    # interpreters by the controller and the worker
+    assert parents == {
+        "gw0": "forked by the run's server" if forked else "new interpreter",
+        "run-server": "forked by the worker's server" if forked else "this worker's child",
+    }
     assert [r["forked"] for r in workers.read_records(here / "results")] == [forked]
     said = "1 forked from a pre-imported process" if forked else "started as new interpreters"
     assert said in result.stdout, result.stdout[-3000:]
