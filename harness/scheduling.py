@@ -21,7 +21,11 @@ long tests must not wait behind short ones, nor queue behind each other on one w
   process cached for the layers they all draw (the sharding property's reference outputs and
   placement verdicts, the padded reference outputs: ``conformance/test_moe_sharding.py``,
   ``conformance/moe_properties.py``). Dealt one test at a time, the backends of a property went to
-  different workers, each of which computed the same reference outputs again.
+  different workers, each of which computed the same reference outputs again. Once a run has stored its
+  seconds (below), the tests of a module marked ``together`` (its tests reuse what the first of them builds in a
+  process: a layer, FlashInfer's import and the preflight's plan) are one hand as well: spread over 16
+  workers, each worker paid that first cost again, and the stored seconds of a test that happened to pay it
+  elsewhere misled the dealing.
   After that it is xdist's ``WorkStealingScheduling``: a worker whose queue runs low takes half of
   the longest queue's tail, so no worker sits idle at the end while another still has tests queued
   (xdist's ``LoadScheduling`` tops each worker up from a shared pool but never moves what it has
@@ -36,8 +40,8 @@ long tests must not wait behind short ones, nor queue behind each other on one w
   that every worker's queue ends at about the same time; a count does not tell a 5 s kernel test on a
   GPU host from a 50 ms unit test. Each queue then runs in the order :func:`by_time` gives it: the ``long``
   tests first, then the queue's tests module by module, the module with the most expected seconds first, and
-  the ``late`` tests last (the store also keeps which tests carry those markers, from their reports'
-  keywords). A long hand thus starts early in its queue instead of waiting at its tail, where a worker that
+  the ``late`` tests last (the store also keeps which tests carry those markers and ``together``, from their
+  reports' keywords). A long hand thus starts early in its queue instead of waiting at its tail, where a worker that
   ran dry would steal it last (xdist steals half of a queue's tail by count). A run without stored durations
   deals by count, and each queue runs in collection order.
 
@@ -61,11 +65,16 @@ MARKER = (
     "under xdist the longest start first"
 )
 LATE = "late: reads what a long self-test of its module ran; under xdist it runs after the others"
+TOGETHER = (
+    "together: the test reuses what an earlier test of its module built in its process (a layer, an imported "
+    "library); under xdist, once a run has stored its seconds, the module's tests go to one worker"
+)
 
 
 def pytest_configure(config: pytest.Config) -> None:
     config.addinivalue_line("markers", MARKER)
     config.addinivalue_line("markers", LATE)
+    config.addinivalue_line("markers", TOGETHER)
     if not hasattr(config, "workerinput") and getattr(config, "cache", None) is not None:
         config.pluginmanager.register(DurationRecorder(config), "fp4-durations")
 
@@ -97,15 +106,25 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
         items[:] = long_first(items)
 
 
-def hands(nodeids: list[str], backends: Collection[str]) -> list[list[int]]:
-    """The indices of ``nodeids`` cut into hands, in order. A hand is a maximal run of consecutive ids of one
-    test function whose parameters are a backend's name (``m::p[aiter-ck]``: a property on each backend); every
-    other id is a hand of its own (a long self-test's cases go to different workers). With ``backends``
-    ``{"x", "y"}``, ``["m::p[x]", "m::p[y]", "m::q[x]", "m::s[1]", "m::s[2]"]`` gives ``[[0, 1], [2], [3], [4]]``."""
+def hands(nodeids: list[str], backends: Collection[str], together: Collection[int] = ()) -> list[list[int]]:
+    """The indices of ``nodeids`` cut into hands, in order of their first index. A hand is a maximal run of
+    consecutive ids of one test function whose parameters are a backend's name (``m::p[aiter-ck]``: a property
+    on each backend), or all of one module's ids in ``together`` (tests that reuse what the first of them built in
+    its process); every other id is a hand of its own (a long self-test's cases go to different workers). With
+    ``backends`` ``{"x", "y"}``, ``["m::p[x]", "m::p[y]", "m::q[x]", "m::s[1]", "m::s[2]"]`` gives
+    ``[[0, 1], [2], [3], [4]]``, and with ``together`` ``{2, 4}`` as well, ``[[0, 1], [2, 4], [3]]``."""
     out: list[list[int]] = []
+    modules: dict[str, list[int]] = {}
     last = None
     for index, nodeid in enumerate(nodeids):
         function, _, parameters = nodeid.partition("[")
+        if index in together:
+            module = nodeid.partition("::")[0]
+            if module not in modules:
+                out.append(modules.setdefault(module, []))
+            modules[module].append(index)
+            last = None
+            continue
         key = function if parameters[:-1] in backends else None
         if key is not None and key == last:
             out[-1].append(index)
@@ -148,10 +167,11 @@ DURATIONS_KEY = "fp4-conformance/durations"
 """pytest cache key of the stored test durations: ``{node id: seconds}``."""
 
 PLACEMENT_KEY = "fp4-conformance/placement"
-"""pytest cache key of the stored tests marked ``long`` or ``late``: ``{node id: "long" | "late"}``."""
+"""pytest cache key of the stored tests marked ``long``, ``late`` or ``together``: ``{node id: marker}``."""
 
-PLACEMENTS = ("long", "late")
-"""The markers that place a test in its queue: ``long`` first, ``late`` last."""
+PLACEMENTS = ("long", "late", "together")
+"""The markers that place a test, the first a test carries counting: ``long`` first in its queue, ``late`` last,
+``together`` in one hand with its module's other such tests (:func:`hands`)."""
 
 
 def by_time(
@@ -166,7 +186,7 @@ def by_time(
     "b"]``, nothing placed and ``{0: 1.0, 1: 2.0, 2: 0.5}``, ``[0, 1, 2]`` becomes ``[1, 2, 0]``."""
     blocks: dict[str, list[int]] = {}
     for index in queue:
-        if index not in placement:
+        if placement.get(index) not in ("long", "late"):
             blocks.setdefault(modules[index], []).append(index)
     weight = {module: total_seconds(block, seconds) for module, block in blocks.items()}
     middle = [i for module in sorted(blocks, key=lambda m: -weight[m]) for i in blocks[module]]
@@ -211,7 +231,7 @@ class DurationRecorder:
 
     def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
         self.ran[report.nodeid] += report.duration
-        marker = next((m for m in PLACEMENTS if m in report.keywords), None)  # long wins, as in long_first
+        marker = next((m for m in PLACEMENTS if m in report.keywords), None)  # long wins, then late, then together
         if marker is not None:
             self.placed[report.nodeid] = marker
 
@@ -257,10 +277,11 @@ def _scheduler_class() -> type:
                 backends = {member.value for member in all_backends()}
                 durations, placed = stored_durations(self.config), from_cache(self.config, PLACEMENT_KEY)
                 known = {i: durations[node] for i, node in enumerate(self.collection) if node in durations}
-                queues = deal(hands(self.collection, backends), len(self.nodes), known or None)
+                placement = {i: placed[node] for i, node in enumerate(self.collection) if node in placed}
+                together = {i for i, p in placement.items() if p == "together"} if known else set()
+                queues = deal(hands(self.collection, backends, together), len(self.nodes), known or None)
                 if known:
                     modules = [node.partition("::")[0] for node in self.collection]
-                    placement = {i: placed[node] for i, node in enumerate(self.collection) if node in placed}
                     queues = [by_time(queue, known, modules, placement) for queue in queues]
                 self.config.stash[DEALT] = len(known), len(self.collection)
                 for node, queue in zip(self.nodes, queues, strict=True):

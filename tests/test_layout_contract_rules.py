@@ -28,6 +28,8 @@ from subjects.mxfp4_moe import BuiltinMxfp4MoeAlignment
 from subjects.nvfp4_moe import BuiltinNvfp4MoeAlignment
 from tests.probes import FlashInferPadHelper, PadFill, WidenedDtypes
 
+pytestmark = pytest.mark.together  # its tests reuse the pinned layers and FlashInfer's import of the first ones
+
 TRTLLM = Nvfp4MoeBackend.FLASHINFER_TRTLLM
 NVFP4_SHAPES = [pinned_shape("gemma-4-26b-a4b", 4), pinned_shape("nemotron-3-nano-30b-a3b", 2)]
 MXFP4_CONFIG = pinned_config("gpt-oss-120b", 4, rank=-1)  # row-interleaved, biases, short last rank

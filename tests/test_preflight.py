@@ -15,9 +15,12 @@ import torch
 
 from harness import preflight as pf
 
-pytestmark = pytest.mark.skipif(
-    importlib.util.find_spec("flashinfer") is None, reason="needs FlashInfer installed (its functions are patched)"
-)  # found, not imported: importing FlashInfer at collection would cost every xdist worker's start-up ~1.5 s
+pytestmark = [
+    pytest.mark.skipif(
+        importlib.util.find_spec("flashinfer") is None, reason="needs FlashInfer installed (its functions are patched)"
+    ),  # found, not imported: importing FlashInfer at collection would cost every xdist worker's start-up ~1.5 s
+    pytest.mark.together,  # its tests reuse FlashInfer's import and the preflight's plan of the first one
+]
 
 
 @functools.cache

@@ -27,6 +27,8 @@ from strategies.moe_sharding import ShardingConfig, pinned_sharding, sharding_co
 from strategies.mxfp4_moe import Mxfp4MoeConfig, mxfp4_moe_configs
 from subjects.registry import builtin
 
+pytestmark = pytest.mark.together  # its tests reuse the real-size layers, draws and costs the first ones build
+
 FIND = settings(max_examples=500, database=None, suppress_health_check=list(HealthCheck))
 
 

@@ -167,6 +167,16 @@ def test_a_property_s_backends_are_dealt_to_one_worker() -> None:
     assert scheduling.deal(dealt, 2) == [[0, 2, 3, 4], [1, 5, 6]]
 
 
+def test_a_together_module_is_one_hand() -> None:
+    """A module's tests marked ``together`` go in one hand, wherever they lie; its other tests keep their hands."""
+    ids = ["t.py::a", "t.py::long[1]", "t.py::b", "u.py::p[x]", "u.py::p[y]", "t.py::c"]
+    assert scheduling.hands(ids, {"x", "y"}, {0, 2, 5}) == [[0, 2, 5], [1], [3, 4]]
+    assert scheduling.deal(scheduling.hands(ids, {"x", "y"}, {0, 2, 5}), 2, {i: 1.0 for i in range(6)}) == [
+        [0, 2, 5],
+        [1, 3, 4],
+    ]
+
+
 def test_stored_durations_deal_by_time() -> None:
     """Longest hand first, each to the queue with the fewest seconds; an unknown test counts the median."""
     dealt = [[0], [1], [2, 3], [4], [5]]
@@ -186,6 +196,8 @@ def test_a_queue_dealt_by_time_runs_long_first_heavy_modules_next_and_late_last(
     assert scheduling.by_time([1, 2, 5], seconds, modules, {}) == [2, 5, 1]  # b.py 0.3 s, a.py 0.1 s
     assert scheduling.by_time([1, 2], {}, modules, {}) == [1, 2]  # nothing known: collection order
     assert scheduling.by_time([1, 3], {3: 1.0}, modules, {}) == [1, 3]  # 1 unknown: the median, a tie
+    together = {**placement, 1: "together", 5: "together"}  # placed in their hand, run with their module
+    assert scheduling.by_time([0, 1, 2, 3, 4, 5, 6], seconds, modules, together) == [0, 3, 4, 2, 5, 1, 6]
 
 
 def test_a_run_stores_each_test_s_seconds_and_placement_over_the_earlier_runs() -> None:
@@ -197,13 +209,19 @@ def test_a_run_stores_each_test_s_seconds_and_placement_over_the_earlier_runs() 
         cache=SimpleNamespace(get=lambda key, default: cache.get(key, default), set=cache.__setitem__)
     )
     recorder = scheduling.DurationRecorder(config)
-    reports = [("m::a", 0.1, {}), ("m::a", 0.5, {}), ("m::b", 0.25, {"long": 1}), ("m::a", 0.0004, {})]
+    reports = [
+        ("m::a", 0.1, {}),
+        ("m::a", 0.5, {}),
+        ("m::b", 0.25, {"long": 1, "together": 1}),
+        ("m::c", 0.0, {"together": 1}),
+        ("m::a", 0.0004, {}),
+    ]
     for nodeid, duration, keywords in reports:
         recorder.pytest_runtest_logreport(SimpleNamespace(nodeid=nodeid, duration=duration, keywords=keywords))
     recorder.pytest_sessionfinish()
-    assert cache[scheduling.DURATIONS_KEY] == {"m::a": 0.6, "m::gone": 1.0, "m::b": 0.25}
-    # m::a ran without its marker: its entry goes; m::gone did not run: its entry stays
-    assert cache[scheduling.PLACEMENT_KEY] == {"m::gone": "long", "m::b": "long"}
+    assert cache[scheduling.DURATIONS_KEY] == {"m::a": 0.6, "m::gone": 1.0, "m::b": 0.25, "m::c": 0.0}
+    # m::a ran without its marker: its entry goes; m::gone did not run: its entry stays; long wins over together
+    assert cache[scheduling.PLACEMENT_KEY] == {"m::gone": "long", "m::b": "long", "m::c": "together"}
     assert scheduling.stored_durations(SimpleNamespace(cache=None)) == {}
 
 
