@@ -23,9 +23,9 @@ long tests must not wait behind short ones, nor queue behind each other on one w
   ``conformance/moe_properties.py``). Dealt one test at a time, the backends of a property went to
   different workers, each of which computed the same reference outputs again. Once a run has stored its
   seconds (below), the tests of a module marked ``together`` (its tests reuse what the first of them builds in a
-  process: a layer, FlashInfer's import and the preflight's plan) are one hand as well: spread over 16
-  workers, each worker paid that first cost again, and the stored seconds of a test that happened to pay it
-  elsewhere misled the dealing.
+  process: a layer, FlashInfer's import and the preflight's plan, a search's draws) are one hand as well, its
+  ``long`` tests included: spread over 16 workers, each worker paid that first cost again, and the stored seconds
+  of a test that happened to pay it elsewhere misled the dealing.
   After that it is xdist's ``WorkStealingScheduling``: a worker whose queue runs low takes half of
   the longest queue's tail, so no worker sits idle at the end while another still has tests queued
   (xdist's ``LoadScheduling`` tops each worker up from a shared pool but never moves what it has
@@ -169,9 +169,10 @@ DURATIONS_KEY = "fp4-conformance/durations"
 PLACEMENT_KEY = "fp4-conformance/placement"
 """pytest cache key of the stored tests marked ``long``, ``late`` or ``together``: ``{node id: marker}``."""
 
-PLACEMENTS = ("long", "late", "together")
-"""The markers that place a test, the first a test carries counting: ``long`` first in its queue, ``late`` last,
-``together`` in one hand with its module's other such tests (:func:`hands`)."""
+PLACEMENTS = ("together", "long", "late")
+"""The markers that place a test, the first a test carries counting: ``together`` in one hand with its module's other
+such tests (:func:`hands`; its ``long`` ones included, which the collection already lists first and its ``late`` ones
+last), ``long`` first in its queue, ``late`` last."""
 
 
 def by_time(
@@ -231,7 +232,7 @@ class DurationRecorder:
 
     def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
         self.ran[report.nodeid] += report.duration
-        marker = next((m for m in PLACEMENTS if m in report.keywords), None)  # long wins, then late, then together
+        marker = next((m for m in PLACEMENTS if m in report.keywords), None)  # in PLACEMENTS' order
         if marker is not None:
             self.placed[report.nodeid] = marker
 

@@ -220,8 +220,8 @@ def test_a_run_stores_each_test_s_seconds_and_placement_over_the_earlier_runs() 
         recorder.pytest_runtest_logreport(SimpleNamespace(nodeid=nodeid, duration=duration, keywords=keywords))
     recorder.pytest_sessionfinish()
     assert cache[scheduling.DURATIONS_KEY] == {"m::a": 0.6, "m::gone": 1.0, "m::b": 0.25, "m::c": 0.0}
-    # m::a ran without its marker: its entry goes; m::gone did not run: its entry stays; long wins over together
-    assert cache[scheduling.PLACEMENT_KEY] == {"m::gone": "long", "m::b": "long", "m::c": "together"}
+    # m::a ran without its marker: its entry goes; m::gone did not run: its entry stays; together wins over long
+    assert cache[scheduling.PLACEMENT_KEY] == {"m::gone": "long", "m::b": "together", "m::c": "together"}
     assert scheduling.stored_durations(SimpleNamespace(cache=None)) == {}
 
 
