@@ -24,6 +24,7 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import functools
+import math
 import random
 import sys
 from collections.abc import Iterator
@@ -32,7 +33,7 @@ from typing import Any
 import torch
 
 from contracts.errors import GuardViolation
-from contracts.moe import FC1_TENSORS, MoeWeights, byte_words, fc1_layout_holds
+from contracts.moe import FC1_TENSORS, MoeWeights, fc1_layout_holds
 from reference.layouts import Fc1Layout
 
 
@@ -75,7 +76,14 @@ def _field_names(cls: type) -> tuple[str, ...] | None:
     return tuple(f.name for f in dataclasses.fields(cls)) if dataclasses.is_dataclass(cls) else None
 
 
+_ATOMS = frozenset({int, float, bool, str, bytes, type(None)})
+"""Leaf types that hold no tensor (exact types: a subclass may be a dataclass); :func:`_collect` stops at them
+before the container and dataclass tests, the commonest leaves being the ints of expert lists."""
+
+
 def _collect(value: Any, path: str, found: list[tuple[str, torch.Tensor]]) -> None:
+    if type(value) in _ATOMS:
+        return
     if isinstance(value, torch.Tensor):
         found.append((path, value))
     elif isinstance(value, (tuple, list)):
@@ -99,12 +107,21 @@ def storage_key(t: torch.Tensor) -> tuple[torch.device, int] | None:
 # --- determinism ---------------------------------------------------------------------------------------------
 
 
+_WORDS = {8: torch.int64, 4: torch.int32, 2: torch.int16, 1: torch.uint8}
+"""The dtypes of :func:`raw_words` by their size in bytes."""
+
+
 def raw_words(t: torch.Tensor) -> torch.Tensor:
     """``t``'s bytes in memory order, flat, viewed as the widest of int64, int32, int16 and uint8 that divides
-    their count and offset (:func:`contracts.moe.byte_words`): the same bits, fewer elements. ``.view(torch.uint8)``
-    gives the bytes back."""
-    (words,) = byte_words(t.detach().reshape(-1).contiguous().view(torch.uint8))
-    return words
+    their count and offset in bytes (as :func:`contracts.moe.byte_words` picks words): the same bits, fewer
+    elements, so ``torch.equal`` on them is faster. ``.view(torch.uint8)`` gives the bytes back.
+
+    The word is read off the flat tensor's element size, count and storage offset rather than through a uint8
+    view and :func:`~contracts.moe.byte_words`: the guard calls this for every tensor it copies or compares, and
+    the fewer tensor calls halve its cost."""
+    flat = t.detach().reshape(-1).contiguous()
+    size = flat.element_size()
+    return flat.view(_WORDS[math.gcd(8, flat.numel() * size, flat.storage_offset() * size)])
 
 
 def byte_difference(
@@ -140,12 +157,8 @@ def differences(a: Any, b: Any, path: str) -> list[str]:
         return [] if problem is None else [f"{path} {problem}"]
     if type(a) is not type(b):
         return [f"{path}: {type(a).__name__} vs {type(b).__name__}"]
-    if dataclasses.is_dataclass(a) and not isinstance(a, type):
-        return [
-            d
-            for f in dataclasses.fields(a)
-            for d in differences(getattr(a, f.name), getattr(b, f.name), f"{path}.{f.name}")
-        ]
+    if (names := _field_names(type(a))) is not None:
+        return [d for name in names for d in differences(getattr(a, name), getattr(b, name), f"{path}.{name}")]
     if isinstance(a, (tuple, list)):
         if len(a) != len(b):
             return [f"{path}: {len(a)} vs {len(b)} items"]
@@ -204,21 +217,22 @@ def reseeded(seed: int) -> Iterator[None]:
 # --- result rules ----------------------------------------------------------------------------------------------
 
 
-def aliasing(result: Any, held: dict[tuple[torch.device, int], str]) -> list[str]:
-    """Returned tensors whose storage is one of ``held`` (storage key -> what holds it)."""
+def aliasing(returned: list[tuple[str, torch.Tensor]], held: dict[tuple[torch.device, int], str]) -> list[str]:
+    """Returned tensors (``tensors(result, "result")``) whose storage is one of ``held`` (storage key -> what
+    holds it)."""
     return [
         f"{path} shares storage with {held[key]}"
-        for path, t in tensors(result, "result")
+        for path, t in returned
         if (key := storage_key(t)) is not None and key in held
     ]
 
 
-def placement(result: Any, devices: set[torch.device]) -> tuple[list[str], list[str]]:
-    """``(not contiguous, off device)``: returned tensors that are not contiguous, and (when the inputs'
-    tensors are all on one device) those on another device."""
+def placement(returned: list[tuple[str, torch.Tensor]], devices: set[torch.device]) -> tuple[list[str], list[str]]:
+    """``(not contiguous, off device)``: returned tensors (``tensors(result, "result")``) that are not
+    contiguous, and (when the inputs' tensors are all on one device) those on another device."""
     strided, moved = [], []
     device = next(iter(devices)) if len(devices) == 1 else None
-    for path, t in tensors(result, "result"):
+    for path, t in returned:
         if not t.is_contiguous():
             strided.append(f"{path} {list(t.shape)} has strides {tuple(t.stride())}")
         if device is not None and t.device != device:

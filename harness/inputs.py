@@ -27,7 +27,8 @@ them :func:`guard_inputs` of the subject's policy, a proxy whose every public me
 Bytes are compared, not values, so a NaN left in place counts as unchanged and ``-0.0``
 written over ``0.0`` counts as a change. Changes the caller makes between calls (a property
 editing its own tensors) are not the policy's: the byte copies of earlier calls' tensors are
-refreshed before each call.
+refreshed before each call, and a tensor an earlier call was given or returned that is passed again
+keeps its refreshed copy as its snapshot instead of being copied a second time.
 """
 
 from __future__ import annotations
@@ -36,6 +37,7 @@ import dataclasses
 import functools
 import inspect
 import random
+import types
 import weakref
 import zlib
 from collections.abc import Callable
@@ -73,9 +75,15 @@ def _take(t: torch.Tensor) -> _Snapshot:
     return _Snapshot(t, tuple(t.shape), tuple(t.stride()), t.dtype, _bytes(t))
 
 
-def snapshot(args: dict[str, Any]) -> dict[str, _Snapshot]:
-    """Snapshots of every tensor reachable from the named arguments ``args``."""
-    return {path: _take(t) for name, value in args.items() for path, t in tensors(value, name)}
+def snapshot(args: dict[str, Any], history: _History | None = None) -> dict[str, _Snapshot]:
+    """Snapshots of every tensor reachable from the named arguments ``args``; a tensor ``history`` holds, just
+    refreshed (:meth:`_History.refresh`), is not copied again: its held copy is its bytes."""
+    return {path: _held_or_take(t, history) for name, value in args.items() for path, t in tensors(value, name)}
+
+
+def _held_or_take(t: torch.Tensor, history: _History | None) -> _Snapshot:
+    held = None if history is None else history.copy_of(t)
+    return _take(t) if held is None else held
 
 
 def _change(path: str, s: _Snapshot, t: torch.Tensor) -> str | None:
@@ -128,6 +136,15 @@ class _History:
                     dataclasses.replace(s, tensor=_NONE),
                 )
 
+    def copy_of(self, t: torch.Tensor) -> _Snapshot | None:
+        """The held snapshot of ``t`` (``None``: not held), as :func:`_take` would take it now if no write reached
+        ``t`` since :meth:`refresh`: refresh found its shape, dtype, strides and bytes equal to the copy's, or took
+        a new copy."""
+        entry = self._held.get(id(t))
+        if entry is None or entry[0]() is not t:
+            return None
+        return dataclasses.replace(entry[2], tensor=t)
+
     def _alive(self) -> list[tuple[int, torch.Tensor, str, _Snapshot]]:
         alive = []
         for key, (ref, what, s) in list(self._held.items()):
@@ -161,10 +178,26 @@ class _History:
         return {key: what for _, t, what, _ in self._alive() if (key := hygiene.storage_key(t)) is not None}
 
 
+_SIGNATURES: weakref.WeakKeyDictionary[types.FunctionType, inspect.Signature] = weakref.WeakKeyDictionary()
+"""Signatures of bound methods by their function: a bound method's signature is its function's without the
+first parameter, so it is worked out once per method, not once per call."""
+
+
+def _signature(method: Callable[..., Any]) -> inspect.Signature:
+    """``inspect.signature(method)``, looked up once per function for a method bound to a plain function."""
+    func = getattr(method, "__func__", None)
+    if not (isinstance(method, types.MethodType) and isinstance(func, types.FunctionType)):
+        return inspect.signature(method)
+    found = _SIGNATURES.get(func)
+    if found is None:
+        found = _SIGNATURES[func] = inspect.signature(method)
+    return found
+
+
 def _named(method: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str, Any]) -> dict[str, Any]:
     """The call's arguments by parameter name (``weights``, not ``arg1``) where the signature says."""
     try:
-        return dict(inspect.signature(method).bind_partial(*args, **kwargs).arguments)
+        return dict(_signature(method).bind_partial(*args, **kwargs).arguments)
     except (TypeError, ValueError):
         return {**{f"arg{i}": a for i, a in enumerate(args)}, **kwargs}
 
@@ -194,14 +227,16 @@ def _outcome(
 
 def _check_result(
     label: str, named: dict[str, Any], before: dict[str, _Snapshot], result: Any, history: _History
-) -> None:
+) -> list[tuple[str, torch.Tensor]]:
     """The result rules of :mod:`harness.hygiene` for a call given ``named`` (its tensors snapshotted in
-    ``before``), each raising its own :class:`GuardViolation`."""
+    ``before``), each raising its own :class:`GuardViolation`; the returned tensors (``tensors(result,
+    "result")``, walked once for every rule and the caller) when all pass."""
+    returned = tensors(result, "result")
     inputs = {k: f"the input {path}" for path, s in before.items() if (k := hygiene.storage_key(s.tensor)) is not None}
-    strided, moved = hygiene.placement(result, {s.tensor.device for s in before.values()})
+    strided, moved = hygiene.placement(returned, {s.tensor.device for s in before.values()})
     checks = (
         (hygiene.OutputAliased, "output aliased", "returned a tensor it does not own",
-         hygiene.aliasing(result, {**history.storages(), **inputs})),
+         hygiene.aliasing(returned, {**history.storages(), **inputs})),
         (hygiene.OutputNotContiguous, "output not contiguous", "returned a strided view", strided),
         (hygiene.OutputOffDevice, "output off device", "returned a tensor on another device", moved),
         (hygiene.FalseLayoutDeclared, "false layout declared", "labels FC1 rows with a layout they are not in",
@@ -210,6 +245,7 @@ def _check_result(
     for error, title, what, problems in checks:
         if problems:
             raise error(f"{title}: {label} {what}: " + "; ".join(problems))
+    return returned
 
 
 def _guarded_call(proxy: _Guarded, name: str, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
@@ -219,13 +255,13 @@ def _guarded_call(proxy: _Guarded, name: str, args: tuple[Any, ...], kwargs: dic
     label = f"{type(policy).__name__}.{name}"
     named = _named(target, args, kwargs)
     history.refresh()
-    before = snapshot(named)
+    before = snapshot(named, history)
     seed = _second_seed(label, before)
     first, error = _outcome(target, args, kwargs, label, before, history)
     history.add(f"{label}'s earlier input", before)  # unchanged by the call (checked), so still their copies
     if error is None:
-        _check_result(label, named, before, first, history)
-        history.add(f"{label}'s earlier result", snapshot({"result": first}))
+        returned = _check_result(label, named, before, first, history)
+        history.add(f"{label}'s earlier result", {path: _take(t) for path, t in returned})
     with hygiene.reseeded(seed):
         second, error2 = _outcome(target, args, kwargs, label, before, history)
     if error2 is None:
