@@ -146,10 +146,12 @@ class Server:
     process: subprocess.Popen[bytes]
 
 
-def start(module: str = "harness.forkserver", via: str | None = None) -> Server:
+def start(module: str = "harness.forkserver", via: str | None = None, defaults: dict[str, str] | None = None) -> Server:
     """Start a fork server for this process, ``python -m MODULE SOCKET PID`` (it ends when this process does, or at
     :func:`stop`); returns once its socket exists, before its imports (requests that come meanwhile wait in its
     queue). Raises :class:`RuntimeError` with the server's output if it ends first or takes :data:`STARTUP_S`.
+
+    ``defaults``: environment variables the server gets where this process's environment lacks them.
 
     ``via``: the socket of a running fork server (the one that forked this xdist worker) that forks the new server
     as it forks a worker (:data:`STUB`, whose process is the returned one), so that it starts with that server's
@@ -159,7 +161,7 @@ def start(module: str = "harness.forkserver", via: str | None = None) -> Server:
     The socket lies in a new folder of the system's temporary folder (a Unix socket's path may hold about 100
     bytes; pytest's folders can be longer)."""
     path = Path(tempfile.mkdtemp(prefix="fp4-fork-")) / "socket"
-    env = {k: v for k, v in os.environ.items() if k != "PYTEST_XDIST_WORKER"}
+    env = {**(defaults or {}), **{k: v for k, v in os.environ.items() if k != "PYTEST_XDIST_WORKER"}}
     root = str(Path(__file__).resolve().parent.parent)  # the folder that holds this package
     env["PYTHONPATH"] = os.pathsep.join(filter(None, [root, env.get("PYTHONPATH")]))
     command = [sys.executable, "-m", module, str(path), str(os.getpid())]

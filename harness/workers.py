@@ -36,14 +36,16 @@ the interpreter, importing torch and the libraries, and collecting.
 from __future__ import annotations
 
 import atexit
+import contextlib
 import json
 import math
 import os
 import resource
+import shlex
 import statistics
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 
 import pytest
@@ -57,6 +59,8 @@ _THREADS = pytest.StashKey[int]()
 _SAVED_ENV = pytest.StashKey[dict[str, str | None]]()
 _CPU_AT_SETUP = pytest.StashKey[float]()
 _FORK_SERVER = pytest.StashKey[tuple[forkserver.Server, Callable[[], None]]]()
+_EARLY: list[tuple[forkserver.Server, int]] = []
+"""The fork server :func:`start_early` started, and the torch threads per worker it was started for."""
 _FORKED: list[str | None] = [None]
 """The socket of the :mod:`harness.forkserver` server that forked this worker (None: not forked)."""
 
@@ -99,6 +103,50 @@ def pytest_xdist_auto_num_workers(config: pytest.Config) -> int:
     return usable_cores()
 
 
+def requested_workers(args: Sequence[str], env: Mapping[str, str]) -> int:
+    """Local xdist workers a command line's ``args`` (after ``PYTEST_ADDOPTS`` in ``env``) ask for, as far as they
+    tell before pytest parses them: the last ``-n N`` / ``-nN`` / ``--numprocesses[=]N``, ``auto`` and ``logical``
+    being :func:`pytest_xdist_auto_num_workers`' count; 0 without one, or with ``--help`` or ``--version``."""
+    words = [*shlex.split(env.get("PYTEST_ADDOPTS", "")), *args]
+    value = None
+    for word, after in zip(words, [*words[1:], None], strict=True):
+        if word == "--":
+            break
+        if word in ("-h", "--help", "--version", "-V"):
+            return 0
+        if word in ("-n", "--numprocesses"):
+            value = after
+        elif word.startswith("--numprocesses="):
+            value = word.partition("=")[2]
+        elif word.startswith("-n") and not word.startswith("--") and len(word) > 2:
+            value = word[2:].removeprefix("=")
+    if value in ("auto", "logical"):
+        override = env.get("PYTEST_XDIST_AUTO_NUM_WORKERS", "")
+        return int(override) if override.isdigit() else usable_cores()
+    return int(value) if value is not None and value.isdigit() else 0
+
+
+def _threads(workers: int, env: Mapping[str, str]) -> int:
+    """Torch threads per worker: ``OMP_NUM_THREADS`` where it holds a count, else :func:`threads_per_worker`."""
+    user = env.get("OMP_NUM_THREADS", "")
+    return int(user) if user.isdigit() and int(user) > 0 else threads_per_worker(usable_cores(), workers)
+
+
+def start_early(args: Sequence[str], env: Mapping[str, str]) -> None:
+    """Start the fork server of a pytest run whose arguments ``args`` ask for local xdist workers
+    (:func:`requested_workers`) now, before its plugins import torch, where it would otherwise start at the
+    controller's configuration after them (:mod:`harness.early` calls this). The configuration uses it if the run
+    starts workers with the torch threads it was started for, and stops it otherwise; a server that cannot start is
+    left to the configuration, which warns. Not in an xdist worker, nor where execnet already forks this process's
+    workers (a self-tests' run, ``tests/batch.py``)."""
+    workers = requested_workers(args, env)
+    if not workers or not forkserver.enabled() or forkserver.forking() or "PYTEST_XDIST_WORKER" in env:
+        return
+    threads = _threads(workers, env)
+    with contextlib.suppress(RuntimeError):
+        _EARLY.append((forkserver.start(defaults={name: str(threads) for name in THREAD_VARIABLES}), threads))
+
+
 @pytest.hookimpl(optionalhook=True)
 def pytest_configure_node(node) -> None:
     """xdist controller: hand each worker the run's start time and its thread count."""
@@ -119,18 +167,22 @@ def pytest_configure(config: pytest.Config) -> None:
             torch.set_num_threads(int(threads))
         return
     _STATE["run_start"], _STATE["first_test"] = time.time(), None
+    early = _EARLY.pop() if _EARLY else None
     workers = xdist_workers(config)
+    threads = _threads(workers, os.environ) if workers else 0
+    wanted = workers and forkserver.enabled() and not forkserver.forking() and not config.getoption("help", False)
+    if early is not None and not (wanted and early[1] == threads):
+        forkserver.stop(early[0])  # started for another count of workers or threads than the run's
+        early = None
     if not workers:
         return
-    user = os.environ.get("OMP_NUM_THREADS", "")
-    threads = int(user) if user.isdigit() and int(user) > 0 else threads_per_worker(usable_cores(), workers)
     config.stash[_THREADS] = threads
     config.stash[_SAVED_ENV] = {name: os.environ.get(name) for name in THREAD_VARIABLES}
     for name in THREAD_VARIABLES:
         os.environ.setdefault(name, str(threads))
-    if forkserver.enabled() and not forkserver.forking() and not config.getoption("help", False):
-        try:
-            server = forkserver.start()  # it imports while this process configures and starts the workers' stubs
+    if wanted:
+        try:  # started early, or now: it imports while this process configures and starts the workers' stubs
+            server = early[0] if early is not None else forkserver.start()
         except RuntimeError as exc:  # the workers start as new interpreters, and the summary line says so
             config.issue_config_time_warning(pytest.PytestWarning(str(exc)), stacklevel=2)
         else:

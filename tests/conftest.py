@@ -15,7 +15,7 @@ import pytest
 
 from tests import batch
 
-PLUGINS = ("harness.plugin", "harness.workers", "harness.scheduling")
+PLUGINS = ("harness.early", "harness.plugin", "harness.workers", "harness.scheduling")
 """The suite's ``pytest11`` entry points (``pyproject.toml``)."""
 
 

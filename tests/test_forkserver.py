@@ -10,10 +10,11 @@ import os
 import subprocess
 import sys
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 
-from harness import forkserver, workers
+from harness import early, forkserver, workers
 from tests import batch
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -147,3 +148,85 @@ def test_a_server_that_cannot_start_is_one_error_with_its_output(monkeypatch: py
     monkeypatch.setenv("PYTHONPATH", os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")])))
     with pytest.raises(RuntimeError, match=r"the fork server tests\.no_such_module did not start: .*No module named"):
         forkserver.start(module="tests.no_such_module")
+
+
+@pytest.mark.parametrize(
+    ("args", "env", "want"),
+    [
+        (["-n", "auto", "tests"], {}, 6),
+        (["-n", "logical"], {"PYTEST_XDIST_AUTO_NUM_WORKERS": "3"}, 3),
+        (["-n2"], {}, 2),
+        (["-n=3"], {}, 3),
+        (["--numprocesses", "4"], {}, 4),
+        (["--numprocesses=5", "-n", "1"], {}, 1),  # the last one counts, as when pytest parses them
+        ([], {"PYTEST_ADDOPTS": "-n 2"}, 2),
+        (["-n", "0"], {}, 0),
+        (["tests"], {}, 0),
+        (["-n", "2", "--help"], {}, 0),
+        (["-k", "x", "--", "-n", "2"], {}, 0),
+    ],
+)
+def test_a_command_line_s_workers_are_read_before_pytest_parses_it(
+    monkeypatch: pytest.MonkeyPatch, args: list[str], env: dict[str, str], want: int
+) -> None:
+    monkeypatch.setattr(workers, "usable_cores", lambda: 6)
+    assert workers.requested_workers(args, env) == want
+
+
+class _Config:
+    """The parts of an xdist controller's configuration that :func:`harness.workers.pytest_configure` reads."""
+
+    def __init__(self, workers: int) -> None:
+        self.stash, self.warnings = pytest.Stash(), []
+        self.pluginmanager = SimpleNamespace(hasplugin=lambda name: name == "xdist")
+        self.options = {"dist": "load" if workers else "no", "tx": ["popen"] * workers, "help": False}
+
+    def getoption(self, name: str, default: object = None) -> object:
+        return self.options.get(name, default)
+
+    def issue_config_time_warning(self, warning: Warning, stacklevel: int) -> None:
+        self.warnings.append(warning)
+
+
+@pytest.mark.parametrize(
+    ("run_workers", "used"),
+    [pytest.param(2, True, id="the-same-run"), pytest.param(3, False, id="other-threads"), (0, False)],
+)
+def test_an_early_server_is_used_or_stopped_at_the_configuration(
+    monkeypatch: pytest.MonkeyPatch, run_workers: int, used: bool
+) -> None:
+    """``-n 2`` on 4 cores starts a server for 2 threads per worker before the plugins are imported; the
+    configuration uses it for a run of 2 workers, and stops it for one of 3 (1 thread each: a new one starts) or
+    none."""
+    started, stopped, forking = [], [], []
+    monkeypatch.setattr(forkserver, "start", lambda **kw: started.append(kw) or SimpleNamespace(path=len(started)))
+    monkeypatch.setattr(forkserver, "stop", lambda server: stopped.append(server.path))
+    monkeypatch.setattr(forkserver, "fork_workers", lambda path: forking.append(path) or (lambda: None))
+    monkeypatch.setattr(forkserver, "enabled", lambda: True)
+    monkeypatch.setattr(forkserver, "forking", lambda: False)
+    monkeypatch.setattr(workers, "usable_cores", lambda: 4)
+    for name in workers.THREAD_VARIABLES:
+        monkeypatch.delenv(name, raising=False)  # set by the configuration; put back after the test
+    workers.start_early(["-n", "2"], {})
+    assert started == [{"defaults": {"OMP_NUM_THREADS": "2", "MKL_NUM_THREADS": "2"}}]
+    config = _Config(run_workers)
+    workers.pytest_configure(config)
+    assert stopped == ([] if used else [1])
+    assert len(started) == (2 if run_workers and not used else 1)
+    assert forking == (["1"] if used else ["2"] if run_workers else [])  # the workers' server: the early one or new
+    assert not config.warnings
+
+
+@pytest.mark.parametrize(("blocked", "starts"), [((), True), (("harness.workers",), False), (("xdist",), False)])
+def test_the_early_plugin_starts_the_server_at_its_own_registration(
+    monkeypatch: pytest.MonkeyPatch, blocked: tuple[str, ...], starts: bool
+) -> None:
+    """``harness.early`` hands the run's invocation arguments to :func:`harness.workers.start_early` once, when it is
+    itself registered, unless ``-p no:`` blocked the workers' plugin or xdist."""
+    calls = []
+    monkeypatch.setattr(workers, "start_early", lambda args, env: calls.append(args))
+    config = SimpleNamespace(invocation_params=SimpleNamespace(args=("-n", "2", "tests")))
+    manager = SimpleNamespace(get_plugin={"pytestconfig": config}.get, is_blocked=lambda name: name in blocked)
+    early.pytest_plugin_registered(workers, manager)  # another plugin's registration
+    early.pytest_plugin_registered(early, manager)
+    assert calls == ([("-n", "2", "tests")] if starts else [])

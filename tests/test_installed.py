@@ -125,7 +125,11 @@ def test_a_checkout_without_the_entry_points_is_refused_before_the_first_test(tm
     from tests.conftest import PLUGINS, missing_plugins
 
     assert missing_plugins(set(PLUGINS)) == []
-    assert missing_plugins({"harness.workers", "xdist.plugin"}) == ["harness.plugin", "harness.scheduling"]
+    assert missing_plugins({"harness.workers", "xdist.plugin"}) == [
+        "harness.early",
+        "harness.plugin",
+        "harness.scheduling",
+    ]
     hide = (  # the interpreter sees none of the suite's entry points, as with the checkout only on PYTHONPATH
         "import importlib.metadata as m, sys, pytest; every = m.entry_points; "
         "m.entry_points = lambda **kw: [e for e in every(**kw) if not e.value.startswith('harness.')]; "
@@ -135,4 +139,6 @@ def test_a_checkout_without_the_entry_points_is_refused_before_the_first_test(tm
     result = subprocess.run([sys.executable, "-c", hide, *args], cwd=ROOT, capture_output=True, text=True, timeout=120)
     assert result.returncode == pytest.ExitCode.USAGE_ERROR, result.stdout[-2000:] + result.stderr[-2000:]
     assert "INTERNALERROR" not in result.stdout + result.stderr
-    assert "entry points harness.plugin, harness.workers, harness.scheduling are missing" in result.stderr
+    assert (
+        "entry points harness.early, harness.plugin, harness.workers, harness.scheduling are missing" in result.stderr
+    )
