@@ -205,6 +205,7 @@ def test_an_early_server_is_used_or_stopped_at_the_configuration(
     monkeypatch.setattr(forkserver, "enabled", lambda: True)
     monkeypatch.setattr(forkserver, "forking", lambda: False)
     monkeypatch.setattr(workers, "usable_cores", lambda: 4)
+    monkeypatch.setattr(workers, "_STATE", dict(workers._STATE))  # this process's run start stays its own
     for name in workers.THREAD_VARIABLES:
         monkeypatch.delenv(name, raising=False)  # set by the configuration; put back after the test
     workers.start_early(["-n", "2"], {})
