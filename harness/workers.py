@@ -15,9 +15,10 @@
   a device fault kills only its own process, and the plugin reports the example it was running).
 
 * Local workers are forked from one process that has imported torch and pytest
-  (:mod:`harness.forkserver`), which the controller starts at its configuration, instead of each
-  starting an interpreter and importing them (1.9 s each with 16 at once on a 16-core H100 host);
-  ``FP4_FORK_WORKERS=0`` starts them as new interpreters. Each record says which.
+  (:mod:`harness.forkserver`), which starts as pytest loads its plugins (:func:`start_early`, from
+  :mod:`harness.early`) or else at the controller's configuration, instead of each starting an interpreter and
+  importing them (1.9 s each with 16 at once on a 16-core H100 host); ``FP4_FORK_WORKERS=0`` starts them as new
+  interpreters. Each record says which.
 * An xdist worker ends its process as soon as it has reported its session's end (:func:`end_worker`),
   instead of waiting for the controller and then freeing torch's interpreter state, which the
   controller would wait for (about 1.3 s per worker on the 2-core CPU machine).
