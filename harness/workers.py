@@ -31,7 +31,8 @@ teardown report as the user property ``cpu_s``, so JUnit XML carries them, with 
 Each process writes ``worker-<id>.json`` (threads, cores, start-up seconds, forked or not) into ``--results``;
 ``python -m bench.scaling`` reads them, and the terminal summary prints one line from them.
 Start-up is the time from the controller's configuration to the process's first test: starting
-the interpreter, importing torch and the libraries, and collecting.
+the interpreter, importing torch and the libraries, and collecting (a fork server started early has done its
+imports before the configuration, which this figure then leaves out).
 """
 
 from __future__ import annotations
@@ -140,8 +141,10 @@ def start_early(args: Sequence[str], env: Mapping[str, str]) -> None:
     starts workers with the torch threads it was started for, and stops it otherwise; a server that cannot start is
     left to the configuration, which warns. Not in an xdist worker, nor where execnet already forks this process's
     workers (a self-tests' run, ``tests/batch.py``)."""
+    if "PYTEST_XDIST_WORKER" in env or not forkserver.enabled() or forkserver.forking():
+        return
     workers = requested_workers(args, env)
-    if not workers or not forkserver.enabled() or forkserver.forking() or "PYTEST_XDIST_WORKER" in env:
+    if not workers:
         return
     threads = _threads(workers, env)
     with contextlib.suppress(RuntimeError):
@@ -171,7 +174,7 @@ def pytest_configure(config: pytest.Config) -> None:
     early = _EARLY.pop() if _EARLY else None
     workers = xdist_workers(config)
     threads = _threads(workers, os.environ) if workers else 0
-    wanted = workers and forkserver.enabled() and not forkserver.forking() and not config.getoption("help", False)
+    wanted = bool(workers) and forkserver.enabled() and not forkserver.forking() and not config.getoption("help", False)
     if early is not None and not (wanted and early[1] == threads):
         forkserver.stop(early[0])  # started for another count of workers or threads than the run's
         early = None
