@@ -225,8 +225,8 @@ def _fc1_dim(name: str) -> int:
     return -1 if name == "w13_bias" else -2
 
 
-_WORDS = {8: torch.int64, 4: torch.int32, 2: torch.int16}
-"""The word dtypes of :func:`byte_words` by their size in bytes."""
+WORDS = {8: torch.int64, 4: torch.int32, 2: torch.int16}
+"""The word dtypes of :func:`byte_words` by their size in bytes (``harness.hygiene.raw_words`` picks from them too)."""
 
 
 def _word_size(t: torch.Tensor) -> int:
@@ -241,7 +241,7 @@ def byte_words(*ts: torch.Tensor) -> tuple[torch.Tensor, ...]:
     """``ts`` (uint8 or int8, where equal values are equal bytes) viewed as the widest of int64, int32 and int16
     that divides every one's last dimension (of stride 1), other strides and storage offset: the same bytes, fewer
     elements (``torch.equal`` on words is several times faster on CPU than on bytes); ``ts`` themselves otherwise."""
-    dtype = _WORDS.get(min(map(_word_size, ts)))
+    dtype = WORDS.get(min(map(_word_size, ts)))
     return ts if dtype is None else tuple(t.view(dtype) for t in ts)
 
 

@@ -13,8 +13,8 @@ server forks the worker (copy-on-write: the imports are shared), which takes the
 A forked worker gets what its own interpreter would: its own process, environment and folder, ``sys.path`` as
 ``python -c`` builds it there (``""``, then ``PYTHONPATH``, then the interpreter's own), ``-B`` where the spec asks
 for it, and a fresh import of every module but the server's preloads (the suite's own modules included,
-:func:`enter`). It sets ``FP4_FORKED_WORKER=1`` in its environment, which :mod:`harness.workers` reads back into
-its record. Workers of specs that name an interpreter (``--tx popen//python=...``) or another host start as
+:func:`enter`). It sets ``FP4_FORKED_WORKER`` in its environment to its server's socket, which :mod:`harness.workers` reads
+back into its record. Workers of specs that name an interpreter (``--tx popen//python=...``) or another host start as
 execnet starts them. A stub whose server is gone says why on its standard error and execs ``python -u -c
 BOOTSTRAP``, as execnet would have; a server that cannot start is a warning, and the workers start as new
 interpreters (:mod:`harness.workers`). A forked worker's self-tests start their own run server
@@ -92,6 +92,24 @@ where the spec names a file, appends them to it. A server that is gone, or that 
 leaves the stub its streams: it says why on its standard error and execs the worker as execnet would have."""
 
 
+def stub_command(
+    socket_path: str, bootstrap: str, fallback: list[str], cpu_file: str = "", nobytecode: bool = False
+) -> list[str]:
+    """``python -S -c STUB SPEC``: :data:`STUB` asking the server at ``socket_path`` to fork a process that runs
+    ``bootstrap`` as ``python -c`` would (with ``-B`` where ``nobytecode``), its CPU seconds appended to ``cpu_file``
+    if one is named; where the server is gone, the stub execs ``fallback`` (an argument list; its first item the
+    interpreter)."""
+    spec = {
+        "socket": socket_path,
+        "bootstrap": bootstrap,
+        "cpu_file": cpu_file,
+        "nobytecode": nobytecode,
+        "python": fallback[0],
+        "fallback": fallback,
+    }
+    return [sys.executable, "-S", "-c", STUB, json.dumps(spec)]
+
+
 def fork_workers(socket_path: str, cpu_file: Path | None = None) -> Callable[[], None]:
     """Have execnet start this process's local xdist workers through the fork server at ``socket_path`` (their CPU
     seconds appended to ``cpu_file`` if given); returns the function that undoes it. A spec that names an
@@ -104,15 +122,8 @@ def fork_workers(socket_path: str, cpu_file: Path | None = None) -> Callable[[],
         own = started(spec)
         if spec.python:
             return own
-        stub = {
-            "socket": socket_path,
-            "bootstrap": gateway_io.popen_bootstrapline,
-            "cpu_file": str(cpu_file) if cpu_file else "",
-            "nobytecode": bool(spec.dont_write_bytecode),
-            "python": own[0],
-            "fallback": own,
-        }
-        return [sys.executable, "-S", "-c", STUB, json.dumps(stub)]
+        cpu = str(cpu_file) if cpu_file else ""
+        return stub_command(socket_path, gateway_io.popen_bootstrapline, own, cpu, bool(spec.dont_write_bytecode))
 
     popen_args.fork_server = socket_path  # type: ignore[attr-defined]  # read by forking()
     gateway_io.popen_args = popen_args
@@ -164,17 +175,10 @@ def start(module: str = "harness.forkserver", via: str | None = None, defaults: 
     env = {**(defaults or {}), **{k: v for k, v in os.environ.items() if k != "PYTEST_XDIST_WORKER"}}
     root = str(Path(__file__).resolve().parent.parent)  # the folder that holds this package
     env["PYTHONPATH"] = os.pathsep.join(filter(None, [root, env.get("PYTHONPATH")]))
-    command = [sys.executable, "-m", module, str(path), str(os.getpid())]
+    args = [str(path), str(os.getpid())]
+    command = [sys.executable, "-m", module, *args]
     if via is not None:
-        spec = {
-            "socket": via,
-            "bootstrap": f"from {module} import main; main({[str(path), str(os.getpid())]!r})",
-            "cpu_file": "",
-            "nobytecode": False,
-            "python": sys.executable,
-            "fallback": command,
-        }
-        command = [sys.executable, "-S", "-c", STUB, json.dumps(spec)]
+        command = stub_command(via, f"from {module} import main; main({args!r})", command)
     with open(path.parent / "server.log", "wb") as log:
         process = subprocess.Popen(command, cwd=root, env=env, stdin=subprocess.DEVNULL, stdout=log, stderr=log)
     deadline = time.monotonic() + STARTUP_S

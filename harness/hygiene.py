@@ -33,7 +33,7 @@ from typing import Any
 import torch
 
 from contracts.errors import GuardViolation
-from contracts.moe import FC1_TENSORS, MoeWeights, fc1_layout_holds
+from contracts.moe import FC1_TENSORS, WORDS, MoeWeights, fc1_layout_holds
 from reference.layouts import Fc1Layout
 
 
@@ -107,10 +107,6 @@ def storage_key(t: torch.Tensor) -> tuple[torch.device, int] | None:
 # --- determinism ---------------------------------------------------------------------------------------------
 
 
-_WORDS = {8: torch.int64, 4: torch.int32, 2: torch.int16, 1: torch.uint8}
-"""The dtypes of :func:`raw_words` by their size in bytes."""
-
-
 def raw_words(t: torch.Tensor) -> torch.Tensor:
     """``t``'s bytes in memory order, flat, viewed as the widest of int64, int32, int16 and uint8 that divides
     their count and offset in bytes (as :func:`contracts.moe.byte_words` picks words): the same bits, fewer
@@ -121,7 +117,7 @@ def raw_words(t: torch.Tensor) -> torch.Tensor:
     the fewer tensor calls halve its cost."""
     flat = t.detach().reshape(-1).contiguous()
     size = flat.element_size()
-    return flat.view(_WORDS[math.gcd(8, flat.numel() * size, flat.storage_offset() * size)])
+    return flat.view(WORDS.get(math.gcd(8, flat.numel() * size, flat.storage_offset() * size), torch.uint8))
 
 
 def byte_difference(

@@ -5,7 +5,6 @@ that cannot start is one error with its output."""
 
 from __future__ import annotations
 
-import json
 import os
 import subprocess
 import sys
@@ -128,17 +127,8 @@ def test_workers_are_forked_unless_switched_off(runs: tuple[Path, dict[str, batc
 
 def test_a_stub_without_its_server_starts_the_worker_itself(tmp_path: Path) -> None:
     fallback = [sys.executable, "-c", "import sys; print('started as', sys.argv[1:])", "worker"]
-    spec = {
-        "socket": str(tmp_path / "gone"),
-        "bootstrap": "",
-        "cpu_file": "",
-        "nobytecode": False,
-        "python": sys.executable,
-        "fallback": fallback,
-    }
-    ran = subprocess.run(
-        [sys.executable, "-S", "-c", forkserver.STUB, json.dumps(spec)], capture_output=True, text=True, timeout=60
-    )
+    stub = forkserver.stub_command(str(tmp_path / "gone"), "", fallback)
+    ran = subprocess.run(stub, capture_output=True, text=True, timeout=60)
     assert ran.returncode == 0 and ran.stdout == "started as ['worker']\n", ran
     assert "fp4 fork server: [Errno 2] No such file or directory" in ran.stderr
     assert "this xdist worker starts as a new interpreter" in ran.stderr
