@@ -22,7 +22,9 @@ them :func:`guard_inputs` of the subject's policy, a proxy whose every public me
    torch (derived from the inputs' bytes and the current ``random`` state, so a reproduction of the
    example draws the same ones) and raises :class:`~harness.hygiene.NonDeterministic` unless both
    calls return equal results or raise the same exception type; every generator is put back, so the
-   property's own draws do not change. The first call's result (or exception) is what the caller gets.
+   property's own draws do not change. The second result gets the rules of step 4 too; the declared-layout
+   rule reads only a result's data and ``fc1_layout``, so a second result equal to the first has its verdict
+   and is not read again. The first call's result (or exception) is what the caller gets.
 
 Bytes are compared, not values, so a NaN left in place counts as unchanged and ``-0.0``
 written over ``0.0`` counts as a change. Changes the caller makes between calls (a property
@@ -228,9 +230,10 @@ def _outcome(
 def _check_result(
     label: str, named: dict[str, Any], before: dict[str, _Snapshot], result: Any, history: _History
 ) -> list[tuple[str, torch.Tensor]]:
-    """The result rules of :mod:`harness.hygiene` for a call given ``named`` (its tensors snapshotted in
-    ``before``), each raising its own :class:`GuardViolation`; the returned tensors (``tensors(result,
-    "result")``, walked once for every rule and the caller) when all pass."""
+    """The call rules of :mod:`harness.hygiene` for a result of a call given ``named`` (its tensors snapshotted
+    in ``before``): aliasing and placement, each raising its own :class:`GuardViolation`; the returned tensors
+    (``tensors(result, "result")``, walked once for every rule and the caller) when all pass. The data rule is
+    :func:`_check_layouts`."""
     returned = tensors(result, "result")
     inputs = {k: f"the input {path}" for path, s in before.items() if (k := hygiene.storage_key(s.tensor)) is not None}
     strided, moved = hygiene.placement(returned, {s.tensor.device for s in before.values()})
@@ -239,13 +242,21 @@ def _check_result(
          hygiene.aliasing(returned, {**history.storages(), **inputs})),
         (hygiene.OutputNotContiguous, "output not contiguous", "returned a strided view", strided),
         (hygiene.OutputOffDevice, "output off device", "returned a tensor on another device", moved),
-        (hygiene.FalseLayoutDeclared, "false layout declared", "labels FC1 rows with a layout they are not in",
-         hygiene.declared_layouts(named, result)),
     )  # fmt: skip
     for error, title, what, problems in checks:
         if problems:
             raise error(f"{title}: {label} {what}: " + "; ".join(problems))
     return returned
+
+
+def _check_layouts(label: str, named: dict[str, Any], result: Any) -> None:
+    """The declared-layout rule (:func:`harness.hygiene.declared_layouts`) for a result of a call given ``named``:
+    it reads the result's data and ``fc1_layout`` only."""
+    problems = hygiene.declared_layouts(named, result)
+    if problems:
+        raise hygiene.FalseLayoutDeclared(
+            f"false layout declared: {label} labels FC1 rows with a layout they are not in: " + "; ".join(problems)
+        )
 
 
 def _guarded_call(proxy: _Guarded, name: str, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
@@ -261,6 +272,7 @@ def _guarded_call(proxy: _Guarded, name: str, args: tuple[Any, ...], kwargs: dic
     history.add(f"{label}'s earlier input", before)  # unchanged by the call (checked), so still their copies
     if error is None:
         returned = _check_result(label, named, before, first, history)
+        _check_layouts(label, named, first)
         history.add(f"{label}'s earlier result", {path: _take(t) for path, t in returned})
     with hygiene.reseeded(seed):
         second, error2 = _outcome(target, args, kwargs, label, before, history)
@@ -273,6 +285,8 @@ def _guarded_call(proxy: _Guarded, name: str, args: tuple[Any, ...], kwargs: dic
         problems = [f"first call {outcomes[0]}, second call {outcomes[1]}"]
     else:
         problems = []
+    if error2 is None and (error is not None or problems):
+        _check_layouts(label, named, second)  # a result equal to the first (data and fc1_layout) has its verdict
     if problems:
         raise hygiene.NonDeterministic(
             f"non-deterministic: {label} gave another result for the same arguments under other random/NumPy/"
