@@ -42,11 +42,10 @@ from reference.formats import (
     MXFP4_BLOCK,
     MxScaleRounding,
     Quantized,
-    e2m1_decode,
+    e2m1_decode_packed,
     fp4_bytes_zero,
     mxfp4_dequantize,
     mxfp4_quantize,
-    unpack_fp4,
 )
 from reference.layouts import (
     Fc1Layout,
@@ -162,7 +161,7 @@ def check_trtllm_matches_flashinfer_padding(
         ),
     )
     for label, a, b in pairs:
-        assert torch.equal(e2m1_decode(unpack_fp4(a.packed)), e2m1_decode(unpack_fp4(b.packed))), (
+        assert torch.equal(e2m1_decode_packed(a.packed), e2m1_decode_packed(b.packed)), (
             f"{label} weight codes differ from FlashInfer's pad_trtllm_moe_weights (beyond the sign of a zero)"
         )
         assert torch.equal(mxfp4_dequantize(a), mxfp4_dequantize(b)), f"{label} dequantized values differ"
