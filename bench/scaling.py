@@ -12,8 +12,8 @@ that ended last, which show what a many-worker run waits for at its end, and the
 seconds they were dealt by (the run before stored them); the slowest properties' examples
 per second in the first run. Written as ``scaling.md`` and ``scaling.json`` under ``--out``, with each
 run's JUnit XML (``junit-WORKERS.xml``; a count given twice, as in ``--workers auto,auto``, names its second
-run ``WORKERS-2``). On a GPU host the kernel properties (markers ``cuda``, ``sm90``,
-``sm100``, ``gfx950``) run once first, untimed, so that JIT builds and caches are not charged to the
+run ``WORKERS-2``). On a GPU host the kernel properties (every hardware marker,
+:data:`harness.preflight.HARDWARE`) run once first, untimed, so that JIT builds and caches are not charged to the
 first row.
 
 The runs share a pytest cache of their own (``pytest-cache`` under ``--out``, emptied at the start), so the
@@ -58,6 +58,7 @@ from typing import Any
 
 from harness import checkout
 from harness.hardware import count_gpus_without_init
+from harness.preflight import HARDWARE
 from harness.scheduling import DEALING
 from harness.workers import THREAD_VARIABLES, read_records, usable_cores
 
@@ -159,7 +160,9 @@ def tail(junit: Path, n: int = 5) -> dict[str, Any]:
     return {"worker_ends_s": spread, "last_tests": last}
 
 
-KERNEL_MARKERS = "cuda or sm90 or sm100 or gfx950"
+KERNEL_MARKERS = " or ".join(sorted(HARDWARE))
+"""The warm-up's ``-m`` expression: a test with any hardware marker, AITER's Triton kernels on CUDA (``aiter_triton``)
+included."""
 UNSET = ("PYTHONDONTWRITEBYTECODE",)
 """Removed from the runs' environment, as ``.ci/run`` removes it: with it every process (each xdist worker, each
 self-test's run) compiles the suite's modules and pytest rewrites its test modules again."""

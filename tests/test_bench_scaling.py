@@ -148,3 +148,14 @@ def test_tail_names_the_tests_that_ended_last(tmp_path: Path) -> None:
         "worker_ends_s": [5.0, 20.0, 30.0],
         "last_tests": [["t::b", "gw1", 18.0, 12.0], ["t::c", "gw2", 18.0, 2.0]],
     }
+
+
+def test_the_warm_up_selects_every_kernel_property() -> None:
+    """The warm-up names every hardware marker: a kernel property it misses compiles its kernels in the first row,
+    whose wall time is the speed-up's numerator (AITER's Triton properties, marked ``aiter_triton`` only, did)."""
+    from conformance import test_aiter_triton_kernels, test_fp8_moe_triton_kernel
+    from harness.preflight import HARDWARE
+
+    assert set(scaling.KERNEL_MARKERS.split(" or ")) == HARDWARE
+    for module in (test_aiter_triton_kernels, test_fp8_moe_triton_kernel):
+        assert {m.name for m in module.pytestmark} & HARDWARE, module.__name__
