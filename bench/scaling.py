@@ -14,7 +14,7 @@ per second in the first run. Written as ``scaling.md`` and ``scaling.json`` unde
 run's JUnit XML (``junit-WORKERS.xml``; a count given twice, as in ``--workers auto,auto``, names its second
 run ``WORKERS-2``). On a GPU host the kernel properties (every hardware marker,
 :data:`harness.preflight.HARDWARE`) run once first, untimed, so that JIT builds and caches are not charged to the
-first row.
+first row; the report gives the warm-up's seconds and pytest's closing counts for it.
 
 The runs share a pytest cache of their own (``pytest-cache`` under ``--out``, emptied at the start), so the
 first run deals its tests to the workers by count and every later run by the test durations the runs
@@ -179,14 +179,29 @@ def pytest_env(profile: str, threads: int | None, root: Path) -> dict[str, str]:
     return env
 
 
-def warm_up(targets: list[str], profile: str, root: Path) -> float:
-    """Run the kernel properties once in one process (JIT builds land in the libraries' caches); seconds."""
+_OUTCOMES = re.compile(
+    r"^=*\s*(\d+ (?:passed|failed|skipped|deselected|xfailed|xpassed|errors?|warnings?)\b.*?) in [\d.]+s\b"
+)
+
+
+def outcome_line(stdout: str) -> str | None:
+    """pytest's closing counts (``9 passed, 1109 deselected``) from a run's output; None when it printed none."""
+    return next((m.group(1) for line in reversed(stdout.splitlines()) if (m := _OUTCOMES.match(line))), None)
+
+
+def warm_up(targets: list[str], profile: str, root: Path) -> tuple[float, str]:
+    """Run the kernel properties once in one process (JIT builds land in the libraries' caches); seconds, and what
+    ran: pytest's closing counts, with its exit status where that is neither 0 nor 5 (no test selected)."""
     with tempfile.TemporaryDirectory() as tmp:
         cmd = [sys.executable, "-m", "pytest", *targets, "-q", "-p", "no:cacheprovider", "-p", "no:xdist"]
         cmd += ["-m", KERNEL_MARKERS, "--hypothesis-profile", profile, "--results", tmp]
         start = time.perf_counter()
-        subprocess.run(cmd, cwd=root, env=pytest_env(profile, None, root), capture_output=True, timeout=7200)
-        return time.perf_counter() - start
+        done = subprocess.run(
+            cmd, cwd=root, env=pytest_env(profile, None, root), capture_output=True, text=True, timeout=7200
+        )
+        seconds = time.perf_counter() - start
+    ran = outcome_line(done.stdout) or "no counts printed"
+    return seconds, ran if done.returncode in (0, 5) else f"{ran}; exit status {done.returncode}"
 
 
 def children_cpu() -> float:
@@ -358,7 +373,11 @@ def markdown(report: dict[str, Any]) -> str:
         f"`pytest -n N {' '.join(report['targets'])}`, profile `{report['profile']}`; torch {h['torch']}, "
         f"Python {h['python']}, commit {h['commit'] or 'unknown'}"
         + (f"; every worker forced to {report['threads']} threads" if report["threads"] else "")
-        + (f"; kernel-property warm-up {report['warmup_s']} s before the first row" if report["warmup_s"] else ""),
+        + (
+            f"; kernel-property warm-up {report['warmup_s']} s before the first row ({report['warmup']})"
+            if report["warmup_s"]
+            else ""
+        ),
         "",
         "| workers | processes x torch threads | wall s | CPU s | load at start | speed-up | start-up median / max s "
         "| passed / failed / skipped | same results as first row | dealt by |",
@@ -444,13 +463,17 @@ def main(argv: list[str] | None = None) -> int:
         "targets": args.targets,
         "profile": args.profile,
         "threads": args.threads,
-        "warmup_s": round(warm_up(args.targets, args.profile, root), 1) if count_gpus_without_init() else None,
+        "warmup_s": None,
+        "warmup": None,
         "runs": [],
         "slowest": [],
         "baseline": str(args.baseline_root) if args.baseline_root else None,
         "ab": [],
         "errors": {},
     }
+    if count_gpus_without_init():
+        seconds, report["warmup"] = warm_up(args.targets, args.profile, root)
+        report["warmup_s"] = round(seconds, 1)
     names = row_names(labels)
     runs: dict[str, dict[str, Any]] = {}
     before: dict[str, str] = {}  # a row -> the row run just before it, whose stored durations dealt it

@@ -76,13 +76,15 @@ def test_rows_compare_with_the_first_run_and_render() -> None:
         "targets": ["conformance"],
         "profile": "ci",
         "threads": None,
-        "warmup_s": None,
+        "warmup_s": 62.0,
+        "warmup": "9 passed, 1109 deselected",
         "runs": [scaling.row("1", first, first), same, other],
         "slowest": scaling.slowest(first),
     }
     report["runs"][-1] |= {"worker_ends_s": [20.0, 22.5, 25.0], "last_tests": [["t::a", "gw3", 15.0, 10.0]]}
     report["baseline"], report["ab"] = "old", [{"property": "t::a", "baseline": 4.0, "this": 12.5, "ratio": 3.12}]
     text = scaling.markdown(report)
+    assert "; kernel-property warm-up 62.0 s before the first row (9 passed, 1109 deselected)" in text.splitlines()[2]
     assert "| 4 | 1 x 4 | 25.0 | 50.0 | 0.5 | 4.0x | 3.0 / 3.0 | 1 / 0 / 0 | yes | stored seconds (1/1) |" in text
     assert "| auto | 1 x 4 | 20.0 | 40.0 | 0.5 | 5.0x" in text and "| NO |" in text
     assert "| `t::a` | 25 | 2.0 | 12.5 |" in text
@@ -159,3 +161,11 @@ def test_the_warm_up_selects_every_kernel_property() -> None:
     assert set(scaling.KERNEL_MARKERS.split(" or ")) == HARDWARE
     for module in (test_aiter_triton_kernels, test_fp8_moe_triton_kernel):
         assert {m.name for m in module.pytestmark} & HARDWARE, module.__name__
+
+
+def test_the_warm_up_reports_what_ran() -> None:
+    """The report names the warm-up's counts, so that a warm-up that selected or passed too little shows."""
+    out = "F.s\nSKIPPED [1] x.py:3: needs an NVIDIA GPU\n== 1 failed, 1 passed, 1 skipped, 3 deselected in 4.20s ==\n"
+    assert scaling.outcome_line(out) == "1 failed, 1 passed, 1 skipped, 3 deselected"
+    assert scaling.outcome_line("9 passed, 1109 deselected in 61.99s (0:01:01)") == "9 passed, 1109 deselected"
+    assert scaling.outcome_line("ERROR: usage") is None
