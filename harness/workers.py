@@ -134,6 +134,12 @@ def _threads(workers: int, env: Mapping[str, str]) -> int:
     return int(user) if user.isdigit() and int(user) > 0 else threads_per_worker(usable_cores(), workers)
 
 
+def _may_fork() -> bool:
+    """Whether this process may start a fork server for its workers: not switched off (``FP4_FORK_WORKERS=0``), and
+    not a process whose workers execnet already forks (a self-tests' run, ``tests/batch.py``)."""
+    return forkserver.enabled() and not forkserver.forking()
+
+
 def start_early(args: Sequence[str], env: Mapping[str, str]) -> None:
     """Start the fork server of a pytest run whose arguments ``args`` ask for local xdist workers
     (:func:`requested_workers`) now, before its plugins import torch, where it would otherwise start at the
@@ -141,7 +147,7 @@ def start_early(args: Sequence[str], env: Mapping[str, str]) -> None:
     starts workers with the torch threads it was started for, and stops it otherwise; a server that cannot start is
     left to the configuration, which warns. Not in an xdist worker, nor where execnet already forks this process's
     workers (a self-tests' run, ``tests/batch.py``)."""
-    if "PYTEST_XDIST_WORKER" in env or not forkserver.enabled() or forkserver.forking():
+    if "PYTEST_XDIST_WORKER" in env or not _may_fork():
         return
     workers = requested_workers(args, env)
     if not workers:
@@ -174,7 +180,7 @@ def pytest_configure(config: pytest.Config) -> None:
     early = _EARLY.pop() if _EARLY else None
     workers = xdist_workers(config)
     threads = _threads(workers, os.environ) if workers else 0
-    wanted = bool(workers) and forkserver.enabled() and not forkserver.forking() and not config.getoption("help", False)
+    wanted = bool(workers) and _may_fork() and not config.getoption("help", False)
     if early is not None and not (wanted and early[1] == threads):
         forkserver.stop(early[0])  # started for another count of workers or threads than the run's
         early = None
