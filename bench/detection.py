@@ -238,6 +238,13 @@ class Outcomes:
             timing[1] += 1
         return self._cache[key]
 
+    def time_each(self, runs: Sequence[tuple[Property, Sequence[Any]]]) -> None:
+        """Run the first example of each property not timed yet (for this subject or an earlier one sharing the
+        costs), so that :meth:`first_failure` runs the cheapest properties first."""
+        for prop, seq in runs:
+            if seq and not self.cost(prop):
+                self.fails(prop, seq[0])
+
     def cost(self, prop: Property) -> float:
         """Mean seconds per example of ``prop`` so far (0 before its first)."""
         total, count = self._seconds.get(prop.name, (0.0, 0))
@@ -336,6 +343,33 @@ class Detection:
         }
 
 
+def _subject_properties(subject: Subject) -> list[Property]:
+    """The properties of every contract ``subject`` implements, on this machine."""
+    return [p for contract in subject.policies for p in properties(contract)]
+
+
+def _ci_runs(props: Sequence[Property], seed: int, draws: Draws) -> list[tuple[Property, list[Any]]]:
+    """Each property with its ``ci``-profile sequence under bench seed ``seed``: the 25 generated examples the
+    ``ci`` run draws, no pins."""
+    return [(p, draws.get(p.strategy, property_seed(p.test, seed), CI_EXAMPLES)) for p in props]
+
+
+def caught_without_pins(
+    subject: Subject, seed: int, draws: Draws | None = None, costs: Costs | None = None
+) -> tuple[int, str] | None:
+    """:func:`detect`'s *ci without pins* figure for one seed alone: the fewest generated examples any property
+    of ``subject`` needs to fail (of the ``ci`` run's 25, no pins) and that property's name, or ``None``.
+
+    What ``python -m bench --quick`` requires of every mutant of :data:`bench.mutants.CI_MUTANTS`, without the
+    examples of the other figures (the pins, the ``budget`` sequences); the same examples, in the same order
+    (:meth:`Outcomes.first_failure`), so the same answer."""
+    outcomes = Outcomes(subject, costs)
+    runs = _ci_runs(_subject_properties(subject), seed, draws or Draws())
+    outcomes.time_each(runs)
+    hit = outcomes.first_failure(runs)
+    return None if hit is None else (hit[0], hit[1].name)
+
+
 def detect(
     subject: Subject,
     seeds: Sequence[int],
@@ -358,17 +392,14 @@ def detect(
     subjects of one run share ``costs`` (:class:`Outcomes`). ``rates=False`` leaves the failure rates out
     (``python -m bench --quick``: its gate reads the examples to the first failure only).
     """
-    props = [p for contract in subject.policies for p in properties(contract)]
-    draws, outcomes = draws or Draws(), Outcomes(subject, costs)
+    props, draws, outcomes = _subject_properties(subject), draws or Draws(), Outcomes(subject, costs)
 
     def drawn(prop: Property, seed: int, max_examples: int) -> list[Any]:
         return draws.get(prop.strategy, property_seed(prop.test, seed), max_examples)
 
     searched = list(seeds)[: rate_seeds or len(seeds)]
     prefix = {p.test: common_prefix([drawn(p, seed, budget) for seed in searched]) for p in props}
-    for p in props:  # one example each first (unless timed for an earlier subject), so the cheapest run first
-        if not outcomes.cost(p):
-            outcomes.fails(p, drawn(p, seeds[0], CI_EXAMPLES)[0])
+    outcomes.time_each(_ci_runs(props, seeds[0], draws))
     figures = {
         "pins": Figure("with pins", CI_EXAMPLES, []),
         "ci": Figure("ci without pins", CI_EXAMPLES, []),
@@ -378,10 +409,8 @@ def detect(
     catchers: dict[str, Property] = {}
     counterexample = None
     for seed in seeds:
-        runs = {
-            "pins": [(p, list(p.pins) + drawn(p, seed, CI_EXAMPLES)) for p in props],
-            "ci": [(p, drawn(p, seed, CI_EXAMPLES)) for p in props],
-        }
+        ci = _ci_runs(props, seed, draws)
+        runs = {"pins": [(p, [*p.pins, *generated]) for p, generated in ci], "ci": ci}
         if seed in searched:
             runs["generation"] = [(p, drawn(p, seed, budget)) for p in props]
             runs["search"] = [(p, drawn(p, seed, budget)[prefix[p.test] :]) for p in props]

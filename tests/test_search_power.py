@@ -7,7 +7,15 @@ from hypothesis import find, given, settings
 from hypothesis import strategies as st
 
 import bench.run
-from bench.detection import Property, common_prefix, detect, generated, properties, property_seed
+from bench.detection import (
+    Property,
+    caught_without_pins,
+    common_prefix,
+    detect,
+    generated,
+    properties,
+    property_seed,
+)
 from bench.grids_adapter import guard_truth_table
 from bench.run import (
     README_END,
@@ -84,10 +92,14 @@ def test_properties_are_found_per_backend() -> None:
 
 def test_external_subject_is_measured_with_three_figures() -> None:
     (subject,) = chosen_subjects(["bench.mutants:GUARD_COLS_MOD4"])
-    row = detect(subject, [0, 1], budget=30, rate_seeds=1).row()
+    found = detect(subject, [0, 1], budget=30, rate_seeds=1)
+    row = found.row()
     assert row["subject"] == "mutant-guard-cols-mod4"
     for figure, seeds in (("with_pins", 2), ("ci_without_pins", 2), ("generation", 1), ("search_power", 1)):
         assert row[figure]["caught"].endswith(f"/{seeds}")
+    # the ci figure of one seed alone (what tests/test_real_sizes.py asks of the size mutants) is the same count
+    alone = caught_without_pins(subject, 0)
+    assert alone is not None and alone[0] == found.ci.firsts[0], (alone, found.ci.firsts)
 
 
 def test_readme_section_is_regenerated_between_its_markers(tmp_path) -> None:
