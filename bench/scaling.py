@@ -31,8 +31,9 @@ to measure the unsplit default, one thread per core in every worker). ``PYTHONDO
 too, as ``.ci/run`` removes it.
 
 The CI speed figure: ``python -m bench.scaling --workers auto --max-wall 60`` runs ``conformance tests`` once at
-``-n auto`` and reports its wall time, CPU seconds, ten longest tests and the ten tests that used the most
-CPU (each test's CPU seconds, with the subprocesses it waited for, from :mod:`harness.workers`); it exits 1
+``-n auto`` and reports its wall time, CPU seconds, ten longest tests, the ten tests that used the most
+CPU (each test's CPU seconds, with the subprocesses it waited for, from :mod:`harness.workers`), and the tests' CPU
+seconds by folder and by module (:func:`cpu_by_module`: whose work the run is); it exits 1
 when the wall time is over 60 s. On a host shared with other jobs the wall time is an upper bound and the CPU seconds (about
 ``cores x wall`` on an idle host) are the figure to compare between commits.
 """
@@ -89,17 +90,50 @@ def longest(times: dict[str, tuple[float, str | None]], n: int = 10) -> list[tup
     return [(name, round(t, 1)) for name, (t, _) in sorted(times.items(), key=lambda c: -c[1][0])[:n]]
 
 
-def costliest(junit: Path, n: int = 10) -> list[tuple[str, float, float]]:
-    """The ``n`` tests of a JUnit XML report that used the most CPU: ``(test, CPU s, wall s)``.
+def _cpu_cases(junit: Path) -> list[tuple[str, str, float, float]]:
+    """``(class name, test name, CPU s, wall s)`` of each test of a JUnit XML report with a ``cpu_s`` property.
 
-    A test's CPU seconds are its ``cpu_s`` property (:mod:`harness.workers`: its process's and the
-    subprocesses' it waited for, setup to teardown); on a shared host they are the figure to compare."""
+    A test's CPU seconds are that property (:mod:`harness.workers`: its process's and the subprocesses' it
+    waited for, setup to teardown); on a shared host they are the figure to compare."""
     cases = []
     for c in ET.parse(junit).iter("testcase"):
         cpu = next((float(p.get("value") or 0) for p in c.iter("property") if p.get("name") == "cpu_s"), None)
         if cpu is not None:
-            cases.append((f"{c.get('classname')}::{c.get('name')}", round(cpu, 1), round(float(c.get("time") or 0), 1)))
-    return sorted(cases, key=lambda c: -c[1])[:n]
+            cases.append((c.get("classname") or "", c.get("name") or "", cpu, float(c.get("time") or 0)))
+    return cases
+
+
+def costliest(junit: Path, n: int = 10) -> list[tuple[str, float, float]]:
+    """The ``n`` tests of a JUnit XML report that used the most CPU: ``(test, CPU s, wall s)``."""
+    cases = sorted(_cpu_cases(junit), key=lambda c: -c[2])[:n]
+    return [(f"{cls}::{name}", round(cpu, 1), round(wall, 1)) for cls, name, cpu, wall in cases]
+
+
+def module_of(classname: str) -> str:
+    """The test module of a JUnit class name: its parts up to the first named ``test_*`` (``tests.test_fleet`` for
+    a test of a class in it, ``tests/test_fleet.py``); the class name itself where no part is."""
+    parts = classname.split(".")
+    end = next((i for i, part in enumerate(parts) if part.startswith("test_")), None)
+    return classname if end is None else "/".join(parts[: end + 1]) + ".py"
+
+
+def cpu_by_module(junit: Path, n: int = 10) -> dict[str, Any]:
+    """Where the tests' CPU seconds of a JUnit XML report went: ``{"folders": {folder: CPU s}, "modules": [[module,
+    tests, CPU s], ...]}``, the ``n`` costliest modules (:func:`module_of`) first, a folder being a module's first
+    part. The split that shows whose work a run is: on the 2-core CPU machine the self-tests of ``tests/`` took
+    two thirds of ``conformance tests`` (docs/measurements.md §6, 2026-12-07)."""
+    folders: Counter[str] = Counter()
+    modules: Counter[str] = Counter()
+    tests: Counter[str] = Counter()
+    for cls, _, cpu, _ in _cpu_cases(junit):
+        module = module_of(cls)
+        folders[module.split("/")[0]] += cpu
+        modules[module] += cpu
+        tests[module] += 1
+    return {
+        "folders": {folder: round(cpu, 1) for folder, cpu in sorted(folders.items())},
+        "modules": [[module, tests[module], round(cpu, 1)] for module, cpu in modules.most_common(n)],
+    }
 
 
 def timed(junit: Path) -> dict[str, tuple[float, str | None]]:
@@ -261,6 +295,7 @@ def run_once(
             "outcomes": outcomes(junit) if junit.exists() else {},
             "longest": longest(times),
             "costliest": costliest(junit) if junit.exists() else [],
+            "by_module": cpu_by_module(junit) if junit.exists() else {"folders": {}, "modules": []},
             "ends": tail(junit) if junit.exists() else NO_ENDS,
             "times": times,
             "dealt_by": dealt_by(proc.stdout),
@@ -299,6 +334,8 @@ def row(label: str, run: dict[str, Any], first: dict[str, Any], before: dict[str
         "returncode": run["returncode"],
         "longest_tests_s": run["longest"],
         "costliest_tests_cpu_s": run.get("costliest", []),
+        "tests_cpu_s_by_folder": run.get("by_module", {}).get("folders", {}),
+        "costliest_modules_cpu_s": run.get("by_module", {}).get("modules", []),
         **run.get("ends", NO_ENDS),
         "dealt_by": run.get("dealt_by"),
         "slower_than_dealt": slower_than_dealt(run.get("times", {}), before.get("times", {})) if before else [],
@@ -423,6 +460,20 @@ def markdown(report: dict[str, Any]) -> str:
         out += ["", f"Tests using the most CPU at `-n {last['workers']}` (with the subprocesses they waited for):", ""]
         out += ["| test | CPU s | wall s |", "|---|---|---|"]
         out += [f"| `{name}` | {cpu} | {wall} |" for name, cpu, wall in last["costliest_tests_cpu_s"]]
+    if last.get("tests_cpu_s_by_folder"):
+        folders = last["tests_cpu_s_by_folder"]
+        rest = round(last["cpu_s"] - sum(folders.values()), 1)
+        out += [
+            "",
+            f"The tests' CPU seconds at `-n {last['workers']}` by folder: "
+            + ", ".join(f"`{folder}/` {cpu}" for folder, cpu in folders.items())
+            + f"; the run's other {rest} s are the controller, the workers' start-up and the end. The modules "
+            "using the most:",
+            "",
+            "| module | tests | CPU s |",
+            "|---|---|---|",
+        ]
+        out += [f"| `{module}` | {count} | {cpu} |" for module, count, cpu in last["costliest_modules_cpu_s"]]
     out += ["", f"Slowest properties in the first run ({report['runs'][0]['workers']} worker(s)):", ""]
     out += ["| property | examples | s | examples/s |", "|---|---|---|---|"]
     out += [

@@ -54,6 +54,7 @@ def _run(wall: float, outcome: str = "passed", examples: int = 25, took: float =
         "outcomes": {"t::a": outcome},
         "longest": [("t::a", 2.0)],
         "costliest": [("t::a", 3.5, 2.0)],
+        "by_module": {"folders": {"conformance": 30.0, "tests": 5.0}, "modules": [["conformance/test_x.py", 3, 30.0]]},
         "examples": {"t::a": examples},
         "stats": {"t::a": {"examples": examples, "seconds": 2.0}},
         "dealt_by": scaling.dealt_by("2 passed\n" + scheduling.dealing(1, 1) + "\n"),
@@ -90,6 +91,8 @@ def test_rows_compare_with_the_first_run_and_render() -> None:
     assert "| `t::a` | 25 | 2.0 | 12.5 |" in text
     assert "| `t::a` | 4.0 | 12.5 | 3.12x |" in text
     assert "| `t::a` | 3.5 | 2.0 |" in text  # the most CPU: test, CPU s, wall s
+    assert "by folder: `conformance/` 30.0, `tests/` 5.0; the run's other 5.0 s are" in text  # 40 CPU s in all
+    assert "| `conformance/test_x.py` | 3 | 30.0 |" in text
     assert "ended 20.0 / 22.5 / 25.0 s (min / median / max)" in text
     assert "- `t::a` (gw3): started at 15.0 s, took 10.0 s" in text
     assert "- `t::a` (gw0): dealt as 2.0 s, took 9.5 s" in text
@@ -102,11 +105,13 @@ def test_the_dealing_cell_reads_the_scheduler_s_line() -> None:
 
 
 def _junit(path: Path, cases: list[tuple[str, float, dict[str, object]]]) -> Path:
-    """A JUnit XML report at ``path`` of ``cases``: test ``t::NAME``, its seconds and its properties."""
+    """A JUnit XML report at ``path`` of ``cases``: test ``t::NAME`` (or ``CLASS::NAME``), its seconds and its
+    properties."""
     body = ""
-    for name, seconds, props in cases:
+    for case, seconds, props in cases:
+        cls, _, name = case.rpartition("::")
         listed = "".join(f'<property name="{k}" value="{v}" />' for k, v in props.items())
-        body += f'<testcase classname="t" name="{name}" time="{seconds}">'
+        body += f'<testcase classname="{cls or "t"}" name="{name}" time="{seconds}">'
         body += (f"<properties>{listed}</properties>" if props else "") + "</testcase>"
     path.write_text(f'<testsuites><testsuite name="pytest">{body}</testsuite></testsuites>')
     return path
@@ -115,6 +120,22 @@ def _junit(path: Path, cases: list[tuple[str, float, dict[str, object]]]) -> Pat
 def test_costliest_reads_each_tests_cpu_property(tmp_path: Path) -> None:
     junit = _junit(tmp_path / "junit.xml", [("a", 1.0, {"cpu_s": 0.5}), ("b", 2.0, {"cpu_s": 4.25}), ("c", 9.0, {})])
     assert scaling.costliest(junit) == [("t::b", 4.2, 2.0), ("t::a", 0.5, 1.0)]
+
+
+def test_cpu_by_module_splits_the_tests_seconds_by_folder_and_module(tmp_path: Path) -> None:
+    cases = [
+        ("tests.test_fleet::a", 1.0, {"cpu_s": 2.5}),
+        ("tests.test_fleet.TestHosts::b", 1.0, {"cpu_s": 1.0}),  # a test of a class: its module's
+        ("conformance.test_moe_sharding::c[x]", 1.0, {"cpu_s": 4.0}),
+        ("tests.test_sizes::d", 1.0, {"cpu_s": 0.25}),
+        ("tests.test_sizes::e", 1.0, {}),  # no CPU seconds recorded: not counted
+    ]
+    by = scaling.cpu_by_module(_junit(tmp_path / "junit.xml", cases), n=2)
+    assert by == {
+        "folders": {"conformance": 4.0, "tests": 3.8},
+        "modules": [["conformance/test_moe_sharding.py", 1, 4.0], ["tests/test_fleet.py", 2, 3.5]],
+    }
+    assert scaling.module_of("t") == "t"  # no test_* part: the class name itself
 
 
 def test_each_test_reports_its_cpu_seconds() -> None:
