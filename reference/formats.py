@@ -158,9 +158,10 @@ def e4m3_decode(b: torch.Tensor, sign: E4m3Sign = E4m3Sign.SIGNED) -> torch.Tens
     ``e = (b >> 3) & 15``, ``f = b & 7``: subnormal ``f/8 · 2^-6`` for ``e == 0``, otherwise
     ``(1 + f/8) · 2^(e - 7)``. With :attr:`E4m3Sign.IGNORED` the sign bit is dropped. The value depends on
     the byte ``b & 0xFF`` only: it is read from the 256 values :func:`_e4m3_formula` gives (one lookup per
-    byte, about ten times faster on CPU than the formula per element, the same bits).
+    byte, about ten times faster on CPU than the formula per element, the same bits). ``uint8`` bytes index
+    the table as int32 directly (no widening to int64 and masking).
     """
-    index = (b.to(torch.int64) & 0xFF).flatten()
+    index = b.reshape(-1).int() if b.dtype == torch.uint8 else (b.to(torch.int64) & 0xFF).flatten()
     return _e4m3_values(b.device, sign).index_select(0, index).view(b.shape)
 
 

@@ -41,12 +41,11 @@ def select_experts(weights: MoeWeights, experts: Sequence[int]) -> MoeWeights:
 
 
 def place(x: torch.Tensor, dim: int, start: int, size: int) -> torch.Tensor:
-    """``x`` at positions ``[start, start + n)`` of ``dim`` grown to ``size``, zeros elsewhere (a new tensor)."""
-    shape = list(x.shape)
-    shape[dim] = size
-    out = x.new_zeros(shape)
-    out.narrow(dim, start, x.shape[dim]).copy_(x)
-    return out
+    """``x`` at positions ``[start, start + n)`` of ``dim`` grown to ``size``, zeros elsewhere (a new tensor,
+    each element written once: ``x`` between its zero blocks)."""
+    before, after = list(x.shape), list(x.shape)
+    before[dim], after[dim] = start, size - start - x.shape[dim]
+    return torch.cat((x.new_zeros(before), x, x.new_zeros(after)), dim=dim)
 
 
 def take_channels(
