@@ -203,6 +203,10 @@ class Draws:
             self._cache[key] = generated(strategy, seed, max_examples)
         return self._cache[key]
 
+    def of(self, prop: Property, seed: int, max_examples: int) -> list[Any]:
+        """The sequence property ``prop`` draws under bench seed ``seed`` (:func:`property_seed`)."""
+        return self.get(prop.strategy, property_seed(prop.test, seed), max_examples)
+
 
 Costs = dict[str, list[float]]
 """Seconds and examples per property name, ``[total, count]``: what :class:`Outcomes` has timed."""
@@ -351,7 +355,7 @@ def _subject_properties(subject: Subject) -> list[Property]:
 def _ci_runs(props: Sequence[Property], seed: int, draws: Draws) -> list[tuple[Property, list[Any]]]:
     """Each property with its ``ci``-profile sequence under bench seed ``seed``: the 25 generated examples the
     ``ci`` run draws, no pins."""
-    return [(p, draws.get(p.strategy, property_seed(p.test, seed), CI_EXAMPLES)) for p in props]
+    return [(p, draws.of(p, seed, CI_EXAMPLES)) for p in props]
 
 
 def caught_without_pins(
@@ -393,10 +397,7 @@ def detect(
     (``python -m bench --quick``: its gate reads the examples to the first failure only).
     """
     props, draws, outcomes = _subject_properties(subject), draws or Draws(), Outcomes(subject, costs)
-
-    def drawn(prop: Property, seed: int, max_examples: int) -> list[Any]:
-        return draws.get(prop.strategy, property_seed(prop.test, seed), max_examples)
-
+    drawn = draws.of
     searched = list(seeds)[: rate_seeds or len(seeds)]
     prefix = {p.test: common_prefix([drawn(p, seed, budget) for seed in searched]) for p in props}
     outcomes.time_each(_ci_runs(props, seeds[0], draws))
